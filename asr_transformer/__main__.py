@@ -1,0 +1,3 @@
+from asr_transformer.cli import app
+
+app()

@@ -1,0 +1,211 @@
+"""Options as small dataclasses; YAML in and out; `section.key=value` overrides; model presets."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from asr_transformer.fileio import atomic_open
+
+
+@dataclass
+class FeatureConfig:
+    """Log-mel filterbank front-end (Kaldi-compatible)."""
+
+    sample_rate: int = 16000
+    num_mel_bins: int = 80
+    frame_length_ms: float = 25.0
+    frame_shift_ms: float = 10.0
+    dither: float = 0.0  # in 16-bit sample units, training only
+
+
+@dataclass
+class AugmentConfig:
+    """Training-only augmentation: speed perturbation of the waveform, SpecAugment of features."""
+
+    speed_factors: list[float] = field(default_factory=lambda: [1.0])  # e.g. [0.9, 1.0, 1.1]
+    freq_masks: int = 2
+    freq_mask_width: int = 27  # max bins per mask
+    time_masks: int = 2
+    time_mask_width: int = 40  # max frames per mask ...
+    time_mask_ratio: float = 0.05  # ... and at most this fraction of the utterance
+    time_warp: int = 0  # max warp distance in frames; 0 disables
+
+
+@dataclass
+class DataConfig:
+    """Batching and filtering of the training and validation manifests."""
+
+    max_frames: int = 12000  # feature frames per batch, padding included
+    max_batch: int = 64
+    min_duration: float = 0.1  # seconds
+    max_duration: float = 20.0
+    num_workers: int = 0
+    bucket_width: float = 0.1  # fraction of a batch's length that may be padding
+
+
+@dataclass
+class ModelConfig:
+    """Transformer encoder-decoder with a CTC head."""
+
+    input_dim: int = 80
+    vocab_size: int = 0  # filled from the tokenizer
+    d_model: int = 256
+    heads: int = 4
+    encoder_layers: int = 12
+    decoder_layers: int = 6
+    ffn_dim: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    subsampling: int = 4  # 4, 6 or 8
+    pre_norm: bool = True  # False: post-LN, the original Transformer drawing
+    tie_embeddings: bool = False
+    ctc_weight: float = 0.3
+    label_smoothing: float = 0.1
+
+
+@dataclass
+class TrainConfig:
+    max_epochs: int = 50
+    lr: float = 1e-3  # peak learning rate, reached at the end of warmup
+    warmup_steps: int = 0  # optimizer steps; 0 = scale with the data (warmup_epochs)
+    warmup_epochs: float = 2.0
+    weight_decay: float = 0.0
+    clip_grad: float = 5.0
+    accum_grad: int = 1
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only)
+    keep_best: int = 5
+    best_metric: str = "valid_loss"  # valid_loss | valid_cer | valid_acc
+    checkpoint_minutes: float = 30.0
+    seed: int = 1
+    scheduled_sampling: float = 0.0  # final probability of feeding the decoder its own prediction
+    mask_ctc: bool = False  # train the decoder for Mask-CTC (masked-token objective)
+    log_interval: int = 20
+
+
+@dataclass
+class DecodeConfig:
+    mode: str = "joint"  # greedy | beam | joint | ctc | ctc_beam | maskctc | rescore
+    beam: int = 10
+    ctc_weight: float = 0.3
+    length_penalty: float = 0.0
+    max_len_ratio: float = 1.0  # max output tokens per encoder frame
+    maskctc_iterations: int = 10
+    maskctc_threshold: float = 0.99
+    nbest: int = 1
+    batch_size: int = 16
+
+
+@dataclass
+class Config:
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(d_model=64, heads=2, encoder_layers=2, decoder_layers=1, ffn_dim=128),
+    "small": dict(d_model=144, heads=4, encoder_layers=6, decoder_layers=3, ffn_dim=576),
+    "base": dict(d_model=256, heads=4, encoder_layers=12, decoder_layers=6, ffn_dim=2048),
+    "large": dict(d_model=512, heads=8, encoder_layers=12, decoder_layers=6, ffn_dim=2048),
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _update(obj, values: dict, where: str) -> None:
+    for key, value in values.items():
+        if key == "preset" and isinstance(obj, ModelConfig):
+            apply_preset(obj, value)
+            continue
+        names = {f.name: f for f in dataclasses.fields(obj)}
+        if key not in names:
+            raise ConfigError(f"{where}: unknown key '{key}' (known: {', '.join(names)})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}.{key}: expected a mapping")
+            _update(current, value, f"{where}.{key}")
+        else:
+            setattr(obj, key, _coerce(current, value, f"{where}.{key}"))
+
+
+def _coerce(current, value, where: str):
+    if isinstance(current, (int, float)) and not isinstance(current, bool) and isinstance(value, str):
+        try:  # YAML 1.1 reads "2e-3" as a string
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(current, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if isinstance(current, int) and not isinstance(value, bool) and isinstance(value, (int, float)):
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return int(value)
+    if isinstance(current, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(current, list) and isinstance(value, list):
+        return value
+    if isinstance(current, str) and isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: expected {type(current).__name__}, got {value!r}")
+
+
+def apply_preset(model: ModelConfig, name: str) -> None:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset '{name}' (known: {', '.join(PRESETS)})")
+    for key, value in PRESETS[name].items():
+        setattr(model, key, value)
+
+
+def from_dict(values: dict | None, where: str = "config") -> Config:
+    cfg = Config()
+    _update(cfg, values or {}, where)
+    return cfg
+
+
+def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> Config:
+    """Read a YAML config (or defaults when `path` is None) and apply `a.b=value` overrides."""
+    values: dict = {}
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
+            values = yaml.safe_load(f) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+    cfg = from_dict(values, str(path or "config"))
+    for item in overrides:
+        apply_override(cfg, item)
+    return cfg
+
+
+def apply_override(cfg: Config, item: str) -> None:
+    """Apply one `section.key=value` override; the value is parsed as YAML (numbers, lists, bools)."""
+    if "=" not in item:
+        raise ConfigError(f"override '{item}': expected section.key=value")
+    key, raw = item.split("=", 1)
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    nested: Any = value
+    for part in reversed(key.strip().split(".")):
+        nested = {part: nested}
+    _update(cfg, nested, "--set")
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    with atomic_open(path) as f:
+        yaml.safe_dump(to_dict(cfg), f, sort_keys=False)

@@ -1,0 +1,1 @@
+"""Data: manifests, audio, features, tokenizer, loader and corpus importers."""
