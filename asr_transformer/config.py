@@ -46,7 +46,8 @@ class DataConfig:
     min_duration: float = 0.1  # seconds
     max_duration: float = 20.0
     num_workers: int = 0
-    bucket_width: float = 0.1  # fraction of a batch's length that may be padding
+    bucket_width: float = 0.1  # random jitter of lengths when bucketing (varies batches per epoch)
+    cache_audio: bool = False  # keep decoded audio in memory (small corpora: saves decoding every epoch)
 
 
 @dataclass

@@ -1,0 +1,349 @@
+"""The `asr` command line: thin wrappers over library functions.
+
+Heavy modules (torch and everything that imports it) are imported inside the commands, so
+`asr --help` answers at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    help="asr-transformer: train a Transformer speech recognizer on your data and transcribe audio.\n\n"
+    "Pipeline: prepare → tokenizer → train → average → decode → score; transcribe any audio file.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
+)
+prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manifests.", no_args_is_help=True)
+app.add_typer(prepare_app, name="prepare")
+
+OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
+
+
+def _echo_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="prepared")
+    for col in ("split", "utterances", "hours", "speakers"):
+        table.add_column(col, justify="right" if col != "split" else "left")
+    for split, info in summary.get("splits", {}).items():
+        table.add_row(split, str(info.get("utterances")), f"{info.get('hours', 0):.3f}", str(info.get("speakers", "")))
+    Console().print(table)
+    skipped = summary.get("skipped") or {}
+    if skipped:
+        typer.echo("skipped: " + ", ".join(f"{k}={v}" for k, v in skipped.items()), err=True)
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(code=1)
+
+
+# ------------------------------------------------------------------------------------- prepare
+
+
+@prepare_app.command("folder")
+def prepare_folder(
+    source: Path = typer.Argument(..., help="Folder of audio files, each with a same-name .txt transcript."),
+    out: Path = OUT,
+    dev_fraction: float = typer.Option(0.1, help="Fraction held out for dev."),
+    test_fraction: float = typer.Option(0.1, help="Fraction held out for test."),
+    split_by: str = typer.Option("speaker", help="speaker (sub-folder) or file."),
+    seed: int = typer.Option(0),
+):
+    """Audio files with same-name .txt transcripts (any format soundfile reads)."""
+    from asr_transformer.data.corpora import folder
+
+    _echo_summary(folder.prepare(source, out, dev_fraction=dev_fraction, test_fraction=test_fraction,
+                                 seed=seed, split_by=split_by))
+
+
+@prepare_app.command("kaldi")
+def prepare_kaldi(
+    source: Path = typer.Argument(..., help="Kaldi data dir: wav.scp, text, utt2spk, optional segments."),
+    out: Path = OUT,
+    dev_fraction: float = typer.Option(0.1),
+    test_fraction: float = typer.Option(0.1),
+    seed: int = typer.Option(0),
+):
+    """A Kaldi data directory."""
+    from asr_transformer.data.corpora import kaldi
+
+    _echo_summary(kaldi.prepare(source, out, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed))
+
+
+@prepare_app.command("librispeech")
+def prepare_librispeech(
+    out: Path = OUT,
+    source: Optional[Path] = typer.Option(None, help="Local LibriSpeech root (holding train-clean-100/ …); "
+                                          "downloads from openslr.org when absent."),
+    train: List[str] = typer.Option(["train-clean-100"], help="Training subsets (repeat for several)."),
+    dev: List[str] = typer.Option(["dev-clean"], help="Dev subsets."),
+    test: List[str] = typer.Option(["test-clean", "test-other"], help="Test subsets."),
+):
+    """LibriSpeech (its <spk>/<chapter>/*.trans.txt layout)."""
+    from asr_transformer.data.corpora import librispeech
+
+    if source is None:
+        source = librispeech.download(list(train) + list(dev) + list(test), out / "download")
+    _echo_summary(librispeech.prepare(source, out, train_subsets=tuple(train), dev_subsets=tuple(dev),
+                                      test_subsets=tuple(test)))
+
+
+@prepare_app.command("commonvoice")
+def prepare_commonvoice(
+    source: Path = typer.Option(..., help="Extracted Common Voice language folder (train.tsv, clips/)."),
+    out: Path = OUT,
+):
+    """Mozilla Common Voice (its TSV layout)."""
+    from asr_transformer.data.corpora import commonvoice
+
+    _echo_summary(commonvoice.prepare(source, out))
+
+
+@prepare_app.command("an4")
+def prepare_an4(
+    out: Path = OUT,
+    source: Optional[Path] = typer.Option(None, help="Folder holding an4/ (downloads from CMU when absent)."),
+):
+    """CMU AN4 (etc/*.transcription + sphere audio)."""
+    from asr_transformer.data.corpora import an4
+
+    if source is None:
+        source = an4.download(out / "download")
+    _echo_summary(an4.prepare(source, out))
+
+
+@prepare_app.command("fsdd")
+def prepare_fsdd(
+    out: Path = OUT,
+    source: Optional[Path] = typer.Option(None, help="FSDD folder holding recordings/ (downloads when absent)."),
+    split: str = typer.Option("speaker", help="speaker: hold out whole speakers; index: recordings 0-4 are test."),
+    test_speaker: str = typer.Option("theo"),
+    dev_speaker: str = typer.Option("jackson"),
+):
+    """Free Spoken Digit Dataset."""
+    from asr_transformer.data.corpora import fsdd
+
+    if source is None:
+        source = fsdd.download(out / "download")
+    _echo_summary(fsdd.prepare(source, out, split=split, test_speaker=test_speaker, dev_speaker=dev_speaker))
+
+
+@prepare_app.command("kathleen")
+def prepare_kathleen(
+    out: Path = OUT,
+    source: Optional[Path] = typer.Option(None, help="Folder holding audio/<id>.flac + .txt (downloads when absent)."),
+):
+    """Kathleen (CMU ARCTIC prompts, one speaker), split by prompt."""
+    from asr_transformer.data.corpora import kathleen
+
+    if source is None:
+        source = kathleen.download(out / "download")
+    _echo_summary(kathleen.prepare(source, out))
+
+
+@prepare_app.command("synthetic")
+def prepare_synthetic(
+    out: Path = OUT,
+    hours: float = typer.Option(1.0, help="Hours of training speech."),
+    dev_utts: int = typer.Option(200, help="Dev utterances (held-out voices)."),
+    test_utts: int = typer.Option(200, help="Test utterances (held-out voices)."),
+    seed: int = typer.Option(0),
+    text_file: Optional[Path] = typer.Option(None, help="Sentences to speak, one per line (default: the grammar)."),
+    jobs: Optional[int] = typer.Option(None, help="Worker processes (default: all cores)."),
+):
+    """Offline multi-voice synthetic speech (espeak-ng; flite voices too where installed)."""
+    from asr_transformer.data.corpora import synthetic
+
+    _echo_summary(synthetic.prepare(out, hours_train=hours, utts_dev=dev_utts, utts_test=test_utts, seed=seed,
+                                    text_file=text_file, jobs=jobs))
+
+
+@app.command("export-kaldi")
+def export_kaldi(
+    manifest: Path = typer.Argument(..., help="A JSONL manifest."),
+    out: Path = typer.Argument(..., help="Kaldi data dir to write."),
+):
+    """Write a manifest as a Kaldi data dir (wav.scp, text, utt2spk, spk2utt, segments)."""
+    from asr_transformer.data.corpora import kaldi
+
+    kaldi.export(manifest, out)
+    typer.echo(f"wrote {out}")
+
+
+# ------------------------------------------------------------------------------- tokenizer
+
+
+@app.command()
+def tokenizer(
+    manifest: Path = typer.Argument(..., help="Training manifest whose texts train the tokenizer."),
+    out: Path = typer.Option(..., "--out", "-o", help="Tokenizer directory to write."),
+    vocab_size: int = typer.Option(300, help="Vocabulary size (ignored for char)."),
+    model_type: str = typer.Option("unigram", help="unigram, bpe or char."),
+    lowercase: bool = typer.Option(True, help="Lower-case text."),
+    remove_punctuation: bool = typer.Option(True, help="Drop punctuation (apostrophes inside words stay)."),
+):
+    """Train a sentencepiece tokenizer (fixed ids: 0 blank, 1 unk, 2 sos, 3 eos, 4 mask)."""
+    from asr_transformer.data.manifest import read_manifest
+    from asr_transformer.data.tokenizer import train_tokenizer
+    from asr_transformer.text import NormalizerConfig
+
+    utts = read_manifest(manifest)
+    tok = train_tokenizer([u.text for u in utts], out, vocab_size=vocab_size, model_type=model_type,
+                          normalizer=NormalizerConfig(lowercase=lowercase, remove_punctuation=remove_punctuation))
+    typer.echo(f"{out}: {tok.model_type} tokenizer, {tok.vocab_size} tokens from {len(utts)} transcripts")
+
+
+@app.command()
+def cmvn(
+    manifest: Path = typer.Argument(..., help="Training manifest."),
+    out: Path = typer.Option(..., "--out", "-o", help="CMVN statistics file (JSON) to write."),
+):
+    """Global mean/variance statistics of the features over a manifest (one streaming pass)."""
+    from asr_transformer.train.trainer import compute_cmvn
+
+    frames = compute_cmvn(manifest, out)
+    typer.echo(f"{out}: statistics over {frames} frames")
+
+
+# ------------------------------------------------------------------------------------ train
+
+
+@app.command()
+def train(
+    data: Path = typer.Option(..., help="Folder with train.jsonl and dev.jsonl."),
+    exp: Path = typer.Option(..., help="Experiment folder (checkpoints, logs); re-running resumes."),
+    config: Optional[Path] = typer.Option(None, help="YAML config (defaults when absent)."),
+    tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: DATA/tokenizer)."),
+    set_: List[str] = typer.Option([], "--set", help="Override a config key: section.key=value (repeatable)."),
+    device: str = typer.Option("auto", help="cpu, cuda, cuda:1 or auto."),
+    threads: int = typer.Option(0, help="CPU threads for torch (0: all cores)."),
+    seed: Optional[int] = typer.Option(None, help="Random seed (overrides train.seed)."),
+    train_manifest: str = typer.Option("train.jsonl", help="Training manifest name inside DATA."),
+    dev_manifest: str = typer.Option("dev.jsonl", help="Validation manifest name inside DATA."),
+):
+    """Train (or resume) a model; runs under torchrun for several processes."""
+    from asr_transformer.config import ConfigError, load_config
+    from asr_transformer.train.trainer import TrainError, train as run_train
+
+    try:
+        cfg = load_config(config, set_)
+    except (ConfigError, OSError) as e:
+        _fail(str(e))
+    if seed is not None:
+        cfg.train.seed = seed
+    try:
+        run_train(cfg, data / train_manifest, data / dev_manifest, tokenizer_dir or data / "tokenizer", exp,
+                  device=device, threads=threads)
+    except TrainError as e:
+        _fail(str(e))
+
+
+@app.command()
+def average(
+    exp: Path = typer.Argument(..., help="Experiment folder."),
+    out: Path = typer.Option(..., "--out", "-o", help="Model package to write."),
+    best: int = typer.Option(5, help="Average the N best checkpoints by --by."),
+    by: str = typer.Option("valid_loss", help="valid_loss, valid_cer or valid_acc."),
+    last: int = typer.Option(0, help="Average the N last epochs instead (0: use --best)."),
+):
+    """Average checkpoints into one model package (config, tokenizer, CMVN, weights)."""
+    from asr_transformer.package import average_checkpoints
+
+    used = average_checkpoints(exp, out, best=best, by=by, last=last)
+    typer.echo(f"{out}: averaged {len(used)} checkpoints: {', '.join(p.name for p in used)}")
+
+
+# ----------------------------------------------------------------------------------- decode
+
+
+@app.command()
+def decode(
+    model: Path = typer.Argument(..., help="Model package (from asr average)."),
+    manifest: Path = typer.Argument(..., help="Manifest to decode."),
+    out: Path = typer.Option(..., "--out", "-o", help="Result folder; one sub-folder per mode when several."),
+    mode: str = typer.Option("joint", help="Comma list of: greedy, beam, joint, ctc, ctc_beam, maskctc, rescore."),
+    beam: int = typer.Option(10, help="Beam size."),
+    ctc_weight: float = typer.Option(0.3, help="CTC weight λ in joint decoding."),
+    length_penalty: float = typer.Option(0.0, help="Score bonus per output token."),
+    maskctc_iterations: int = typer.Option(10, help="Mask-CTC refinement iterations."),
+    maskctc_threshold: float = typer.Option(0.99, help="Mask-CTC: tokens below this probability are masked."),
+    batch_size: int = typer.Option(16, help="Utterances decoded together."),
+    device: str = typer.Option("auto"),
+    threads: int = typer.Option(0),
+    score: bool = typer.Option(True, help="Score against the manifest's texts afterwards."),
+):
+    """Decode a manifest; writes hyp.jsonl and a Kaldi `text` file, reports RTF."""
+    from asr_transformer.decode.search import decode_manifest
+
+    decode_manifest(model, manifest, out, modes=[m.strip() for m in mode.split(",") if m.strip()], beam=beam,
+                    ctc_weight=ctc_weight, length_penalty=length_penalty, maskctc_iterations=maskctc_iterations,
+                    maskctc_threshold=maskctc_threshold, batch_size=batch_size, device=device, threads=threads,
+                    score=score)
+
+
+@app.command()
+def score(
+    decode_dir: Path = typer.Argument(..., help="A decode result folder (holding hyp.jsonl)."),
+):
+    """WER/CER/SER with an sclite-style summary and per-utterance alignments."""
+    from asr_transformer.scoring import score_dir
+
+    dirs = [decode_dir] if (decode_dir / "hyp.jsonl").exists() else sorted(p.parent for p in decode_dir.glob("*/hyp.jsonl"))
+    if not dirs:
+        _fail(f"{decode_dir}: no hyp.jsonl here or in its sub-folders")
+    for d in dirs:
+        report = score_dir(d)
+        typer.echo(f"== {d}")
+        typer.echo(report.summary_table())
+
+
+# ------------------------------------------------------------------------------- transcribe
+
+
+@app.command()
+def transcribe(
+    audio: List[str] = typer.Argument(..., help="Audio files (any format soundfile reads); - reads stdin."),
+    model: Path = typer.Option(..., "--model", "-m", help="Model package."),
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="Write <basename>.<ext> here."),
+    output_format: str = typer.Option("txt", "--output-format", "-f", help="txt, json, srt, vtt, tsv or all."),
+    mode: str = typer.Option("joint", help="Decoding mode."),
+    beam: int = typer.Option(10),
+    ctc_weight: float = typer.Option(0.3),
+    device: str = typer.Option("auto"),
+    threads: int = typer.Option(0),
+    max_segment: float = typer.Option(20.0, help="Longest segment (s) decoded at once; longer audio is split."),
+):
+    """Transcribe audio files of any length; text to stdout or files in several formats."""
+    from asr_transformer.transcribe import transcribe_cli
+
+    transcribe_cli(audio, model, output_dir, output_format, mode=mode, beam=beam, ctc_weight=ctc_weight,
+                   device=device, threads=threads, max_segment=max_segment)
+
+
+@app.command()
+def plot(
+    exp: Path = typer.Argument(..., help="Experiment folder (reads train_log.jsonl)."),
+    out: Path = typer.Option(..., "--out", "-o", help="PNG file for the training curves."),
+    attention: Optional[Path] = typer.Option(None, help="Also plot cross-attention of this audio file."),
+    model: Optional[Path] = typer.Option(None, help="Model package for --attention."),
+):
+    """Training curves (loss, accuracy, CER per epoch) and a cross-attention alignment plot."""
+    from asr_transformer.plots import plot_attention, plot_training
+
+    plot_training(exp, out)
+    typer.echo(f"wrote {out}")
+    if attention is not None:
+        if model is None:
+            _fail("--attention needs --model")
+        target = out.with_name(out.stem + "_attention.png")
+        plot_attention(model, attention, target)
+        typer.echo(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    app()

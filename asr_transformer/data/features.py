@@ -1,0 +1,154 @@
+"""Log-mel filterbank features (Kaldi-compatible), global CMVN statistics, SpecAugment, speed
+perturbation.
+
+`fbank` matches ``torchaudio.compliance.kaldi.fbank`` for the same settings (povey window,
+pre-emphasis 0.97, DC removal, power spectrum, snip edges, mel floor 20 Hz) but is vectorized
+and runs on any device. Audio is scaled to 16-bit range first, as Kaldi reads it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from asr_transformer.config import AugmentConfig, FeatureConfig
+from asr_transformer.fileio import read_json, write_json
+
+CMVN_FORMAT = "asr-cmvn"
+CMVN_VERSION = 1
+INT16_SCALE = 32768.0
+
+
+def _mel(freq):
+    return 1127.0 * torch.log1p(freq / 700.0)
+
+
+@lru_cache(maxsize=8)
+def mel_banks(num_bins: int, padded_window: int, sample_rate: int, low_freq: float = 20.0) -> torch.Tensor:
+    """Kaldi's triangular mel filters → (num_bins, padded_window // 2 + 1), float32."""
+    num_fft_bins = padded_window // 2
+    nyquist = 0.5 * sample_rate
+    mel_low, mel_high = _mel(torch.tensor(low_freq, dtype=torch.float64)), _mel(torch.tensor(nyquist, dtype=torch.float64))
+    delta = (mel_high - mel_low) / (num_bins + 1)
+    i = torch.arange(num_bins, dtype=torch.float64).unsqueeze(1)
+    left, center, right = mel_low + i * delta, mel_low + (i + 1) * delta, mel_low + (i + 2) * delta
+    mel = _mel(sample_rate / padded_window * torch.arange(num_fft_bins, dtype=torch.float64)).unsqueeze(0)
+    up = (mel - left) / (center - left)
+    down = (right - mel) / (right - center)
+    banks = torch.clamp(torch.minimum(up, down), min=0.0)
+    return torch.nn.functional.pad(banks, (0, 1)).float()  # the Nyquist bin gets no weight
+
+
+@lru_cache(maxsize=8)
+def povey_window(length: int) -> torch.Tensor:
+    n = torch.arange(length, dtype=torch.float64)
+    return (0.5 - 0.5 * torch.cos(2 * math.pi * n / (length - 1))).pow(0.85).float()
+
+
+def num_frames(num_samples: int, cfg: FeatureConfig = FeatureConfig()) -> int:
+    """Frames `fbank` makes from `num_samples` samples (snip edges)."""
+    win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
+    hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
+    return 0 if num_samples < win else 1 + (num_samples - win) // hop
+
+
+def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: float = 0.0) -> torch.Tensor:
+    """(samples,) float in [-1, 1] → (frames, num_mel_bins) log-mel energies."""
+    win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
+    hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
+    padded = 1 << (win - 1).bit_length()
+    if waveform.numel() < win:
+        return waveform.new_zeros(0, cfg.num_mel_bins)
+    frames = (waveform * INT16_SCALE).unfold(0, win, hop)  # (frames, win)
+    if dither > 0:
+        frames = frames + dither * torch.randn_like(frames)
+    frames = frames - frames.mean(dim=1, keepdim=True)
+    frames = torch.cat([frames[:, :1] * (1 - 0.97), frames[:, 1:] - 0.97 * frames[:, :-1]], dim=1)
+    frames = frames * povey_window(win).to(frames.device)
+    power = torch.fft.rfft(frames, n=padded).abs().pow(2)  # (frames, padded // 2 + 1)
+    mel = power @ mel_banks(cfg.num_mel_bins, padded, cfg.sample_rate).to(frames.device).T
+    return torch.clamp(mel, min=torch.finfo(torch.float32).eps).log()
+
+
+# ---------------------------------------------------------------- global CMVN
+
+
+class CMVNAccumulator:
+    """Streaming mean/variance of feature dimensions with float64 sums."""
+
+    def __init__(self, dim: int):
+        self.sum = np.zeros(dim, dtype=np.float64)
+        self.sum_sq = np.zeros(dim, dtype=np.float64)
+        self.frames = 0
+
+    def add(self, feats: torch.Tensor) -> None:
+        x = feats.detach().cpu().double().numpy()
+        self.sum += x.sum(axis=0)
+        self.sum_sq += (x * x).sum(axis=0)
+        self.frames += x.shape[0]
+
+    def stats(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.frames == 0:
+            raise ValueError("CMVN: no frames were accumulated")
+        mean = self.sum / self.frames
+        var = np.maximum(self.sum_sq / self.frames - mean * mean, 1e-20)
+        return mean, np.sqrt(var)
+
+
+def save_cmvn(path: str | os.PathLike, mean: np.ndarray, std: np.ndarray, frames: int) -> None:
+    write_json(path, {"format": CMVN_FORMAT, "version": CMVN_VERSION, "frames": int(frames),
+                      "mean": [float(v) for v in mean], "std": [float(v) for v in std]})
+
+
+def load_cmvn(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    stats = read_json(path)
+    if stats.get("format") != CMVN_FORMAT:
+        raise ValueError(f"{path}: not a CMVN statistics file (format {stats.get('format')!r})")
+    return np.asarray(stats["mean"], dtype=np.float64), np.asarray(stats["std"], dtype=np.float64)
+
+
+# ---------------------------------------------------------------- augmentation
+
+
+def speed_perturb(waveform: torch.Tensor, factor: float) -> torch.Tensor:
+    """Play `factor`× faster (pitch shifts too, like sox `speed`): (samples,) → (samples / factor,)."""
+    if factor == 1.0:
+        return waveform
+    import torchaudio.functional as AF
+
+    orig, new = round(factor * 100), 100
+    g = math.gcd(orig, new)
+    return AF.resample(waveform, orig // g, new // g)
+
+
+def time_warp(feats: torch.Tensor, max_warp: int, rng: torch.Generator) -> torch.Tensor:
+    """Warp (frames, bins) in time around a random centre by up to `max_warp` frames."""
+    t = feats.shape[0]
+    if max_warp <= 0 or t <= 2 * max_warp + 2:
+        return feats
+    centre = int(torch.randint(max_warp + 1, t - max_warp, (1,), generator=rng))
+    warped = centre + int(torch.randint(-max_warp, max_warp + 1, (1,), generator=rng))
+    x = feats.T.unsqueeze(0)  # (1, bins, frames)
+    left = torch.nn.functional.interpolate(x[..., :centre], size=warped, mode="linear", align_corners=False)
+    right = torch.nn.functional.interpolate(x[..., centre:], size=t - warped, mode="linear", align_corners=False)
+    return torch.cat([left, right], dim=-1)[0].T
+
+
+def spec_augment(feats: torch.Tensor, cfg: AugmentConfig, rng: torch.Generator) -> torch.Tensor:
+    """SpecAugment (Park et al. 2019): time warp, frequency masks, time masks. (frames, bins) → same."""
+    feats = time_warp(feats, cfg.time_warp, rng).clone()
+    frames, bins = feats.shape
+    for _ in range(cfg.freq_masks):
+        width = int(torch.randint(0, cfg.freq_mask_width + 1, (1,), generator=rng))
+        start = int(torch.randint(0, max(1, bins - width), (1,), generator=rng))
+        feats[:, start:start + width] = 0.0
+    max_time = min(cfg.time_mask_width, int(cfg.time_mask_ratio * frames))
+    for _ in range(cfg.time_masks):
+        width = int(torch.randint(0, max_time + 1, (1,), generator=rng))
+        start = int(torch.randint(0, max(1, frames - width), (1,), generator=rng))
+        feats[start:start + width, :] = 0.0
+    return feats

@@ -1,0 +1,213 @@
+"""Training and validation batches from manifests.
+
+Features are computed on the fly (with speed perturbation and SpecAugment when training).
+Batches are bounded by total feature frames, padding included (``batch × longest ≤ max_frames``),
+built from length-sorted utterances (bucketing) and shuffled per epoch from a seed. Augmentation
+randomness depends only on (seed, epoch, utterance), so results do not depend on worker count
+or on where a resumed run restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+import torch
+
+from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
+from asr_transformer.data.audio import load_audio
+from asr_transformer.data.features import fbank, num_frames, spec_augment, speed_perturb
+from asr_transformer.data.manifest import Utterance
+from asr_transformer.data.tokenizer import Tokenizer
+from asr_transformer.model.embedding import subsampled_length
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    ids: list[str]
+    feats: torch.Tensor  # (B, T, F) float32, zero padded
+    feat_lens: torch.Tensor  # (B,) int64
+    tokens: torch.Tensor  # (B, L) int64, padded with -1
+    token_lens: torch.Tensor  # (B,) int64
+    texts: list[str]  # normalized references
+
+    def to(self, device) -> "Batch":
+        return Batch(self.ids, self.feats.to(device), self.feat_lens.to(device), self.tokens.to(device),
+                     self.token_lens.to(device), self.texts)
+
+    @property
+    def frames(self) -> int:
+        return int(self.feat_lens.sum())
+
+
+@dataclass
+class FilterCounts:
+    kept: int = 0
+    too_short: int = 0
+    too_long: int = 0
+    unalignable: int = 0  # fewer subsampled frames than tokens: CTC cannot align
+    empty_text: int = 0
+
+    def summary(self) -> str:
+        return (f"kept {self.kept}, dropped {self.too_short} too short, {self.too_long} too long, "
+                f"{self.unalignable} with more tokens than frames, {self.empty_text} with empty text")
+
+
+def filter_utterances(
+    utterances: list[Utterance], tokenizer: Tokenizer, data: DataConfig, features: FeatureConfig,
+    subsampling: int, speed_factors: list[float] = (1.0,),
+) -> tuple[list[Utterance], list[list[int]], FilterCounts]:
+    """Drop what training cannot use; returns (kept utterances, their token ids, counts)."""
+    counts = FilterCounts()
+    kept, token_ids = [], []
+    fastest = max(speed_factors)
+    for utt in utterances:
+        if utt.duration < data.min_duration:
+            counts.too_short += 1
+            continue
+        if utt.duration > data.max_duration:
+            counts.too_long += 1
+            continue
+        ids = tokenizer.encode(utt.text)
+        if not ids:
+            counts.empty_text += 1
+            continue
+        frames = num_frames(int(utt.duration / fastest * features.sample_rate), features)
+        if subsampled_length(frames, subsampling) < len(ids):
+            counts.unalignable += 1
+            continue
+        kept.append(utt)
+        token_ids.append(ids)
+    counts.kept = len(kept)
+    return kept, token_ids, counts
+
+
+class UtteranceDataset(torch.utils.data.Dataset):
+    """Item ``(index, epoch)`` → (id, features (T, F), token ids, normalized text)."""
+
+    def __init__(self, utterances: list[Utterance], token_ids: list[list[int]], tokenizer: Tokenizer,
+                 features: FeatureConfig, augment: AugmentConfig | None = None, seed: int = 0,
+                 cache_audio: bool = False):
+        self.utterances = utterances
+        self.token_ids = token_ids
+        self.tokenizer = tokenizer
+        self.features = features
+        self.augment = augment
+        self.seed = seed
+        self.cache: dict[int, torch.Tensor] | None = {} if cache_audio else None
+
+    def __len__(self) -> int:
+        return len(self.utterances)
+
+    def waveform(self, index: int) -> torch.Tensor:
+        if self.cache is not None and index in self.cache:
+            return self.cache[index]
+        utt = self.utterances[index]
+        wave = torch.from_numpy(load_audio(utt.audio, offset=utt.offset or 0.0,
+                                           duration=utt.duration if utt.offset is not None else None,
+                                           sample_rate=self.features.sample_rate, allow_silent=True))
+        if self.cache is not None:
+            self.cache[index] = wave
+        return wave
+
+    def __getitem__(self, key: tuple[int, int]):
+        index, epoch = key
+        wave = self.waveform(index)
+        feats_dither = 0.0
+        if self.augment is not None:
+            rng = torch.Generator().manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
+            factor = self.augment.speed_factors[
+                int(torch.randint(len(self.augment.speed_factors), (1,), generator=rng))]
+            wave = speed_perturb(wave, factor)
+            feats_dither = self.features.dither
+        feats = fbank(wave, self.features, dither=feats_dither)
+        if self.augment is not None:
+            feats = spec_augment(feats, self.augment, rng)
+        utt = self.utterances[index]
+        return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text)
+
+
+def collate(items) -> Batch:
+    ids, feats, tokens, texts = zip(*items)
+    feat_lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
+    token_lens = torch.tensor([len(t) for t in tokens], dtype=torch.long)
+    padded = torch.zeros(len(feats), int(feat_lens.max()), feats[0].shape[1])
+    for i, f in enumerate(feats):
+        padded[i, : f.shape[0]] = f
+    targets = torch.full((len(tokens), max(1, int(token_lens.max()))), -1, dtype=torch.long)
+    for i, t in enumerate(tokens):
+        targets[i, : len(t)] = torch.tensor(t, dtype=torch.long)
+    return Batch(list(ids), padded, feat_lens, targets, token_lens, list(texts))
+
+
+class FrameBatchSampler(torch.utils.data.Sampler):
+    """Batches of indices with ``len(batch) × longest ≤ max_frames`` and ``len(batch) ≤ max_batch``.
+
+    Utterances are sorted by length with a random jitter (bucketing), cut into batches, and the
+    batches shuffled; all from ``seed + epoch``. With ``world > 1`` each rank takes every
+    ``world``-th batch (the tail that cannot be shared evenly is dropped). ``start`` skips
+    batches already done in this epoch (resume).
+    """
+
+    def __init__(self, frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
+                 shuffle: bool = True, jitter: float = 0.1, rank: int = 0, world: int = 1):
+        too_long = [i for i, n in enumerate(frames) if n > max_frames]
+        if too_long:
+            raise ValueError(f"{len(too_long)} utterances are longer than data.max_frames={max_frames} "
+                             f"frames; raise data.max_frames or lower data.max_duration")
+        self.frames, self.max_frames, self.max_batch = frames, max_frames, max_batch
+        self.seed, self.shuffle, self.jitter, self.rank, self.world = seed, shuffle, jitter, rank, world
+        self.epoch, self.start = 0, 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.epoch, self.start = epoch, start
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        rng = random.Random(self.seed * 100_003 + epoch)
+        if self.shuffle:
+            keys = [n * (1.0 + rng.uniform(-self.jitter, self.jitter)) for n in self.frames]
+        else:
+            keys = list(self.frames)
+        order = sorted(range(len(self.frames)), key=lambda i: (keys[i], i))
+        batches, current, longest = [], [], 0
+        for i in order:
+            longer = max(longest, self.frames[i])
+            if current and (longer * (len(current) + 1) > self.max_frames or len(current) == self.max_batch):
+                batches.append(current)
+                current, longer = [], self.frames[i]
+            current.append(i)
+            longest = longer
+        if current:
+            batches.append(current)
+        if self.shuffle:
+            rng.shuffle(batches)
+        if self.world > 1:
+            usable = len(batches) - len(batches) % self.world
+            batches = batches[self.rank:usable:self.world]
+        return batches
+
+    def __len__(self) -> int:
+        return max(0, len(self.batches(self.epoch)) - self.start)
+
+    def __iter__(self):
+        for batch in self.batches(self.epoch)[self.start:]:
+            yield [(i, self.epoch) for i in batch]
+
+
+def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0):
+    return torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
+        worker_init_fn=_single_thread if num_workers else None, persistent_workers=False,
+    )
+
+
+def _single_thread(_worker_id: int) -> None:
+    torch.set_num_threads(1)
+
+
+def utterance_frames(utterances: list[Utterance], features: FeatureConfig) -> list[int]:
+    """Feature frames of each utterance (before speed perturbation)."""
+    return [num_frames(int(u.duration * features.sample_rate), features) for u in utterances]

@@ -1,0 +1,146 @@
+"""The whole model: CMVN → encoder → (CTC head, attention decoder); the training losses; the pieces
+the decoders need (encode, CTC log-probs, one decoder step)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from asr_transformer.config import ModelConfig
+from asr_transformer.model.ctc import CTC
+from asr_transformer.model.decoder import Decoder
+from asr_transformer.model.encoder import Encoder
+from asr_transformer.model.mask import lengths_to_mask
+from asr_transformer.model.tokens import BLANK, EOS, IGNORE_ID, MASK, NUM_SPECIAL, PAD, SOS, UNK  # noqa: F401
+
+
+def label_smoothed_ce(logits: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Label-smoothed cross-entropy over the non-ignored targets (IGNORE_ID = -1), summed and divided
+    by the batch size (WeNet's normalize_length=False: long utterances weigh more).
+
+    logits (B, L, V), targets (B, L). The smoothing mass is spread over all V classes (torch's
+    convention), so a perfect prediction has a small positive loss.
+    """
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_ID,
+                           label_smoothing=smoothing, reduction="sum")
+    return loss / logits.size(0)
+
+
+def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Fraction of non-ignored targets predicted by the argmax (a 0-dim tensor, no sync)."""
+    valid = targets != IGNORE_ID
+    return ((logits.argmax(-1) == targets) & valid).sum() / valid.sum().clamp(min=1)
+
+
+class ASRModel(nn.Module):
+    """Transformer encoder-decoder with a joint CTC head (Watanabe et al. 2017; WeNet/ESPnet style).
+
+    Token ids are fixed (asr_transformer.model.tokens): BLANK = PAD = 0, UNK = 1, SOS = 2, EOS = 3, MASK = 4.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.vocab_size <= NUM_SPECIAL:
+            raise ValueError(f"model.vocab_size={cfg.vocab_size}: set it from the tokenizer "
+                             f"(it includes the {NUM_SPECIAL} special tokens)")
+        self.cfg = cfg
+        self.register_buffer("cmvn_mean", torch.zeros(cfg.input_dim))
+        self.register_buffer("cmvn_istd", torch.ones(cfg.input_dim))
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.ctc = CTC(cfg.d_model, cfg.vocab_size)
+
+    def set_cmvn(self, mean, std) -> None:
+        """Global CMVN statistics, (input_dim,) each; features become (x - mean) / std."""
+        mean = torch.as_tensor(mean, dtype=torch.float32)
+        std = torch.as_tensor(std, dtype=torch.float32)
+        self.cmvn_mean.copy_(mean)
+        self.cmvn_istd.copy_(1.0 / std.clamp(min=1e-5))
+
+    def count_parameters(self) -> int:
+        """Trainable parameters (a tied embedding counts once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    # ---- inference pieces -------------------------------------------------------------------------
+
+    def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats (B, T, input_dim) raw log-mel, feat_lens (B,) → enc (B, T', D), enc_lens (B,)."""
+        feats = (feats - self.cmvn_mean) * self.cmvn_istd
+        return self.encoder(feats, feat_lens)
+
+    def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
+        """enc (B, T', D) → (B, T', vocab) float32 log-probabilities."""
+        return self.ctc.log_probs(enc)
+
+    def ctc_greedy(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
+        return self.ctc.greedy(enc, enc_lens)
+
+    def decoder_step(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
+                     cache: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One incremental decoder step; see Decoder.step for shapes and the cache format."""
+        return self.decoder.step(enc, enc_mask, tokens, cache)
+
+    # ---- training ---------------------------------------------------------------------------------
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, tokens: torch.Tensor,
+                token_lens: torch.Tensor, sampling_prob: float = 0.0, mask_ctc: bool = False) -> dict:
+        """Training losses.
+
+        Args:
+            feats (B, T, F), feat_lens (B,); tokens (B, L) int64 padded with -1, token_lens (B,).
+            sampling_prob: scheduled sampling, the probability of feeding the decoder its own
+                (previous-position) prediction instead of the reference token.
+            mask_ctc: train the decoder as the Mask-CTC (non-autoregressive, masked-LM) decoder instead.
+        Returns:
+            dict with `loss` = ctc_weight·loss_ctc + (1 - ctc_weight)·loss_att, and the parts that were
+            computed: `loss_ctc` (absent when ctc_weight = 0); `loss_att` and `acc` (decoder token
+            accuracy; absent when ctc_weight = 1). With mask_ctc, loss_att/acc are those of the masked
+            positions. All losses are sums over the batch divided by the batch size.
+        """
+        enc, enc_lens = self.encode(feats, feat_lens)
+        w, out = self.cfg.ctc_weight, {}
+        loss = enc.new_zeros(())
+        if w > 0:
+            out["loss_ctc"] = self.ctc.loss(enc, enc_lens, tokens, token_lens)
+            loss = loss + w * out["loss_ctc"]
+        if w < 1:
+            enc_mask = lengths_to_mask(enc_lens, enc.size(1))
+            if mask_ctc:
+                logits, targets = self._masked_lm(enc, enc_mask, tokens, token_lens)
+            else:
+                logits, targets = self._teacher_forcing(enc, enc_mask, tokens, token_lens, sampling_prob)
+            out["loss_att"] = label_smoothed_ce(logits, targets, self.cfg.label_smoothing)
+            out["acc"] = token_accuracy(logits.detach(), targets)
+            loss = loss + (1 - w) * out["loss_att"]
+        out["loss"] = loss
+        return out
+
+    def _teacher_forcing(self, enc, enc_mask, tokens, token_lens, sampling_prob):
+        """Decoder reads `<sos> y1 … yn`, predicts `y1 … yn <eos>`. → logits (B, L+1, V), targets (B, L+1)."""
+        B, L = tokens.shape
+        valid = lengths_to_mask(token_lens, L)
+        sos = tokens.new_full((B, 1), SOS)
+        ys_in = torch.cat([sos, tokens.masked_fill(~valid, PAD)], 1)
+        ys_out = torch.cat([tokens.masked_fill(~valid, IGNORE_ID), tokens.new_full((B, 1), IGNORE_ID)], 1)
+        ys_out = ys_out.scatter(1, token_lens.unsqueeze(1), EOS)
+        in_lens = token_lens + 1
+        if sampling_prob > 0:  # scheduled sampling (Bengio et al. 2015), one extra no-grad pass
+            with torch.no_grad():
+                pred = self.decoder(enc, enc_mask, ys_in, in_lens).argmax(-1)  # pred[:, i] guesses ys_in[:, i+1]
+            swap = torch.rand(B, L, device=tokens.device) < sampling_prob
+            ys_in = torch.cat([ys_in[:, :1], torch.where(swap, pred[:, :-1], ys_in[:, 1:])], 1)
+        return self.decoder(enc, enc_mask, ys_in, in_lens), ys_out
+
+    def _masked_lm(self, enc, enc_mask, tokens, token_lens):
+        """Mask-CTC decoder objective (Higuchi et al. 2020): replace a uniformly drawn number (1…n) of
+        random positions of `y1 … yn` by MASK, predict them without the causal mask; loss only there.
+        → logits (B, L, V), targets (B, L)."""
+        B, L = tokens.shape
+        valid = lengths_to_mask(token_lens, L)
+        count = (torch.rand(B, device=tokens.device) * token_lens).long() + 1  # (B,) in 1 … n
+        rank = torch.rand(B, L, device=tokens.device).masked_fill(~valid, 2.0).argsort(1).argsort(1)
+        masked = (rank < count.unsqueeze(1)) & valid
+        ys_in = tokens.masked_fill(~valid, PAD).masked_fill(masked, MASK)
+        ys_out = tokens.masked_fill(~masked, IGNORE_ID)
+        return self.decoder(enc, enc_mask, ys_in, token_lens, causal=False), ys_out

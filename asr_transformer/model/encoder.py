@@ -1,0 +1,74 @@
+"""The encoder: conv2d subsampling → positional encoding → N × [self-attention, feed-forward]."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from asr_transformer.config import ModelConfig
+from asr_transformer.model.attention import MultiHeadAttention
+from asr_transformer.model.embedding import Conv2dSubsampling, PositionalEncoding
+from asr_transformer.model.mask import lengths_to_mask
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: Linear → ReLU → dropout → Linear. (B, T, D) → (B, T, D)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention and feed-forward, each followed by dropout and a residual connection.
+
+    pre_norm=True: x + f(LayerNorm(x)) (stable, the default); False: LayerNorm(x + f(x)) (the original drawing).
+    """
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float = 0.1,
+                 attention_dropout: float = 0.0, pre_norm: bool = True):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D), mask (B, 1, T) key-padding mask → (B, T, D)."""
+        if self.pre_norm:
+            h = self.norm1(x)
+            x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+            return x + self.dropout(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class Encoder(nn.Module):
+    """Features (B, T, F) → encoder output (B, T', D), T' ≈ T / cfg.subsampling."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.subsampling = Conv2dSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling)
+        self.pos = PositionalEncoding(cfg.d_model, cfg.dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.pre_norm)
+            for _ in range(cfg.encoder_layers)
+        )
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats (B, T, F), lengths (B,) → enc (B, T', D), enc_lens (B,).
+
+        Padded frames never influence valid ones: they are zeroed before the convolutions, the conv
+        outputs beyond each length are zeroed, and every self-attention masks padded keys.
+        """
+        x, lengths = self.subsampling(feats, lengths)
+        x = self.pos(x)
+        mask = lengths_to_mask(lengths, x.size(1)).unsqueeze(1)  # (B, 1, T')
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x), lengths

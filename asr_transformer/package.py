@@ -1,0 +1,88 @@
+"""The one-file model package: config, tokenizer, CMVN (inside the weights) and weights.
+
+Written by `asr average` (and by the trainer for the last epoch); read by decode and transcribe
+with ``weights_only=True``, so loading never unpickles arbitrary objects.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from asr_transformer.config import Config, from_dict, to_dict
+from asr_transformer.data.tokenizer import Tokenizer
+from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+FORMAT = "asr-model"
+
+
+def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, weights: dict, info: dict | None = None) -> None:
+    """Write config + tokenizer (model bytes as a uint8 tensor) + weights into one file, atomically."""
+    save_checkpoint(path, {
+        "config": to_dict(cfg),
+        "tokenizer_model": torch.frombuffer(bytearray(tokenizer.model_bytes), dtype=torch.uint8),
+        "tokenizer_meta": tokenizer.meta(),
+        "weights": weights,
+        "info": info or {},
+    }, format=FORMAT)
+
+
+def load_package(path: str | os.PathLike, device: str | torch.device = "cpu"):
+    """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error."""
+    from asr_transformer.model.asr import ASRModel
+
+    try:
+        state = load_checkpoint(path, format=FORMAT)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}. Expected a model package written by `asr average`.") from None
+    cfg = from_dict(state["config"], f"{path}:config")
+    tokenizer = Tokenizer.from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+    model = ASRModel(cfg.model)
+    model.load_state_dict(state["weights"])
+    return model.to(device).eval(), tokenizer, cfg
+
+
+def _epoch_checkpoints(exp: Path) -> list[Path]:
+    paths = list((exp / "checkpoints").glob("epoch_*.pt"))
+    return sorted(paths, key=lambda p: int(re.search(r"epoch_(\d+)", p.name).group(1)))
+
+
+def average_checkpoints(exp: str | os.PathLike, out: str | os.PathLike, best: int = 5, by: str = "valid_loss",
+                        last: int = 0) -> list[Path]:
+    """Average the parameters of the `best` checkpoints by metric `by` (or the `last` N epochs) into a package."""
+    exp = Path(exp)
+    candidates = []
+    for path in _epoch_checkpoints(exp):
+        try:
+            state = load_checkpoint(path, format="asr-epoch")
+        except CheckpointError as e:
+            print(f"warning: skipping {e}")
+            continue
+        candidates.append((path, state))
+    if not candidates:
+        raise CheckpointError(f"{exp}/checkpoints: no usable epoch checkpoints")
+    if last > 0:
+        chosen = candidates[-last:]
+    else:
+        if by not in candidates[0][1]["metrics"]:
+            raise ValueError(f"metric '{by}' not recorded; known: {', '.join(candidates[0][1]['metrics'])}")
+        higher_better = by in ("valid_acc",)
+        chosen = sorted(candidates, key=lambda c: c[1]["metrics"][by], reverse=higher_better)[:best]
+    averaged: dict[str, torch.Tensor] = {}
+    for _, state in chosen:
+        for name, value in state["weights"].items():
+            if value.is_floating_point():
+                averaged[name] = averaged.get(name, 0) + value.double() / len(chosen)
+            else:
+                averaged[name] = value  # integer buffers are not averaged
+    reference = chosen[0][1]["weights"]
+    averaged = {k: v.to(reference[k].dtype) for k, v in averaged.items()}
+    cfg = from_dict(chosen[0][1]["config"])
+    tokenizer = Tokenizer.from_bytes(chosen[0][1]["tokenizer_model"].numpy().tobytes(), chosen[0][1]["tokenizer_meta"])
+    info = {"averaged": [p.name for p, _ in chosen], "by": "last" if last > 0 else by,
+            "metrics": [s["metrics"] for _, s in chosen]}
+    save_package(out, cfg, tokenizer, averaged, info)
+    return [p for p, _ in chosen]

@@ -1,0 +1,420 @@
+"""The training loop: teacher forcing + CTC, warmup/inverse-sqrt Adam, validation, checkpoints,
+exact resume, mixed precision, gradient accumulation and DistributedDataParallel.
+
+Resume restores model, optimizer, scaler, step, epoch, the position inside the epoch and the
+RNG states; batches and augmentation depend only on (seed, epoch, utterance), so a resumed run
+follows the same trajectory as one that was never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asr_transformer.config import Config, save_config, to_dict
+from asr_transformer.data.features import CMVNAccumulator, fbank, load_cmvn, save_cmvn
+from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, filter_utterances, make_loader,
+                                         utterance_frames)
+from asr_transformer.data.audio import load_audio
+from asr_transformer.data.manifest import read_manifest
+from asr_transformer.data.tokenizer import Tokenizer
+from asr_transformer.fileio import atomic_open
+from asr_transformer.model.asr import ASRModel
+from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
+from asr_transformer.train.schedule import warmup_inverse_sqrt, warmup_steps
+
+
+class TrainError(RuntimeError):
+    """A problem the user can fix (missing files, bad config); the message says what to do."""
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint."""
+
+    epoch: int = 0  # current epoch (0-based)
+    batch: int = 0  # batches of this epoch already consumed
+    step: int = 0  # optimizer steps taken
+    skipped: int = 0  # steps skipped for non-finite loss or gradients
+    elapsed: float = 0.0  # training seconds so far
+    history: list = field(default_factory=list)  # epoch metrics
+
+
+def compute_cmvn(manifest, out, features=None) -> int:
+    """Global CMVN over `manifest` in one streaming pass; writes `out`, returns the frame count."""
+    from rich.progress import track
+
+    from asr_transformer.config import FeatureConfig
+
+    features = features or FeatureConfig()
+    acc = CMVNAccumulator(features.num_mel_bins)
+    for utt in track(read_manifest(manifest), description="CMVN statistics", transient=True):
+        wave = load_audio(utt.audio, offset=utt.offset or 0.0, duration=utt.duration if utt.offset is not None else None,
+                          sample_rate=features.sample_rate, allow_silent=True)
+        acc.add(fbank(torch.from_numpy(wave), features))
+    mean, std = acc.stats()
+    save_cmvn(out, mean, std, acc.frames)
+    return acc.frames
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1]),
+             "python_pos": random.getstate()[2], "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
+             "numpy_pos": int(np.random.get_state()[2])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(state["python"]), state["python_pos"]))
+    np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32), state["numpy_pos"], 0, 0.0))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class _Distributed:
+    """torchrun environment: rank, world size, and the process group when world > 1."""
+
+    def __init__(self, device: torch.device):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.world > 1 and not torch.distributed.is_initialized():
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            torch.distributed.init_process_group(backend)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def close(self) -> None:
+        if self.world > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "fp32":
+        return torch.autocast(device.type, enabled=False)
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise TrainError("train.precision=fp16 needs CUDA; use bf16 on CPUs")
+        return torch.autocast("cuda", dtype=torch.float16)
+    raise TrainError(f"train.precision={precision!r}: use fp32, bf16 or fp16")
+
+
+@torch.no_grad()
+def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: str, mask_ctc: bool = False) -> dict:
+    """Dev-set losses, decoder token accuracy and CTC-greedy CER (%)."""
+    from asr_transformer.scoring import score
+
+    model.eval()
+    totals: dict[str, float] = {}
+    utts, tokens, pairs = 0, 0, []
+    for batch in loader:
+        batch = batch.to(device)
+        with _autocast(device, precision):
+            out = model(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens, mask_ctc=mask_ctc)
+            enc, enc_lens = model.encode(batch.feats, batch.feat_lens)
+        n, t = len(batch.ids), int(batch.token_lens.sum()) + len(batch.ids)
+        for key in ("loss", "loss_att", "loss_ctc"):
+            if key in out:
+                totals[key] = totals.get(key, 0.0) + float(out[key]) * n
+        if "acc" in out:
+            totals["acc"] = totals.get("acc", 0.0) + float(out["acc"]) * t
+        if model.cfg.ctc_weight > 0:
+            for utt_id, ids, ref in zip(batch.ids, model.ctc_greedy(enc.float(), enc_lens), batch.texts):
+                pairs.append((utt_id, ref, tokenizer.decode(ids)))
+        utts, tokens = utts + n, tokens + t
+    metrics = {f"valid_{k}": v / utts for k, v in totals.items() if k != "acc"}
+    if "acc" in totals:
+        metrics["valid_acc"] = totals["acc"] / tokens
+    if pairs:
+        metrics["valid_cer"] = 100.0 * score(pairs).cer
+    return metrics
+
+
+def _progress_bar(disable: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    return Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=disable,
+               transient=False)
+
+
+def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device: str = "auto",
+          threads: int = 0, stop_after_batches: int | None = None) -> Progress:
+    """Train into `exp`, resuming from `exp/checkpoints/last.pt` when present.
+
+    `stop_after_batches` stops (after checkpointing) once that many batches ran in this call;
+    tests use it to interrupt a run.
+    """
+    exp = Path(exp)
+    dev = pick_device(device)
+    dist = _Distributed(dev)
+    if dev.type == "cuda" and dist.world > 1:
+        dev = torch.device("cuda", dist.local_rank)
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    if not Path(tokenizer_dir, "tokenizer.json").exists():
+        raise TrainError(f"{tokenizer_dir}: no tokenizer; make one with `asr tokenizer {train_manifest} --out {tokenizer_dir}`")
+    for m in (train_manifest, dev_manifest):
+        if not Path(m).exists():
+            raise TrainError(f"{m}: manifest not found; make it with `asr prepare`")
+    tokenizer = Tokenizer(tokenizer_dir)
+    cfg.model.vocab_size = tokenizer.vocab_size
+    cfg.model.input_dim = cfg.features.num_mel_bins
+    tc = cfg.train
+    _seed_everything(tc.seed)
+    ckpt_dir = exp / "checkpoints"
+    say = (lambda *a: print(*a, flush=True)) if dist.main else (lambda *a: None)
+
+    cmvn_path = exp / "cmvn.json"
+    if dist.main:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, exp / "config.yaml")
+        if not cmvn_path.exists():
+            frames = compute_cmvn(train_manifest, cmvn_path, cfg.features)
+            say(f"CMVN statistics over {frames} frames → {cmvn_path}")
+    dist.barrier()
+    mean, std = load_cmvn(cmvn_path)
+
+    subsampling = cfg.model.subsampling
+    train_utts, train_ids, counts = filter_utterances(read_manifest(train_manifest), tokenizer, cfg.data, cfg.features,
+                                                      subsampling, cfg.augment.speed_factors)
+    say(f"train: {counts.summary()}")
+    dev_utts, dev_ids, dev_counts = filter_utterances(read_manifest(dev_manifest), tokenizer, cfg.data, cfg.features,
+                                                      subsampling)
+    say(f"dev:   {dev_counts.summary()}")
+    if not train_utts or not dev_utts:
+        raise TrainError("nothing left to train or validate on after filtering; see the counts above")
+    slowest = min(cfg.augment.speed_factors)
+    train_frames = [math.ceil(n / slowest) for n in utterance_frames(train_utts, cfg.features)]
+    sampler = FrameBatchSampler(train_frames, cfg.data.max_frames, cfg.data.max_batch, seed=tc.seed,
+                                jitter=cfg.data.bucket_width, rank=dist.rank, world=dist.world)
+    train_set = UtteranceDataset(train_utts, train_ids, tokenizer, cfg.features, cfg.augment, seed=tc.seed,
+                                 cache_audio=cfg.data.cache_audio)
+    train_loader = make_loader(train_set, sampler, cfg.data.num_workers)
+    dev_sampler = FrameBatchSampler(utterance_frames(dev_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
+                                    shuffle=False)
+    dev_loader = make_loader(UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features,
+                                              cache_audio=cfg.data.cache_audio), dev_sampler, cfg.data.num_workers)
+
+    model = ASRModel(cfg.model)
+    model.set_cmvn(mean, std)
+    model.to(dev)
+    say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device {dev}")
+    optimizer = torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
+                                 weight_decay=tc.weight_decay)
+    scaler = torch.amp.GradScaler(dev.type, enabled=tc.precision == "fp16")
+    steps_per_epoch = max(1, math.ceil(len(sampler.batches(0)) / tc.accum_grad))
+    warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, steps_per_epoch)
+    total_steps = steps_per_epoch * tc.max_epochs
+
+    state = Progress()
+    last = ckpt_dir / "last.pt"
+    if last.exists():
+        try:
+            saved = load_checkpoint(last)
+        except CheckpointError as e:
+            raise TrainError(f"{e}. Remove it to restart, or restore it from a backup.") from None
+        model.load_state_dict(saved["weights"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scaler.load_state_dict(saved["scaler"])
+        state = Progress(**saved["progress"])
+        _set_rng_state(saved["rng"])
+        say(f"resuming from {last}: epoch {state.epoch + 1}, batch {state.batch}, step {state.step}")
+
+    ddp = model
+    if dist.world > 1:
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[dev.index] if dev.type == "cuda" else None,
+            find_unused_parameters=cfg.model.ctc_weight in (0.0, 1.0) or tc.mask_ctc)
+
+    def save_last() -> None:
+        if dist.main:
+            save_checkpoint(last, {"weights": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                   "scaler": scaler.state_dict(), "progress": asdict(state), "rng": _rng_state(),
+                                   "config": to_dict(cfg)})
+
+    stop = {"signal": None}
+
+    def on_signal(signum, _frame):
+        stop["signal"] = signum
+
+    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    writer = _tensorboard(exp) if dist.main else None
+    log_path = exp / "train_log.jsonl"
+    batches_run, last_save = 0, time.monotonic()
+    try:
+        while state.epoch < tc.max_epochs:
+            sampler.set_epoch(state.epoch, start=state.batch)
+            model.train()
+            n_batches = len(sampler.batches(state.epoch))
+            micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
+            frames_done, loss_sum, loss_count = 0, 0.0, 0
+            with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
+                task = bar.add_task(f"epoch {state.epoch + 1}/{tc.max_epochs}", total=n_batches,
+                                    completed=state.batch, info="")
+                for batch in train_loader:
+                    batch = batch.to(dev)
+                    prob = tc.scheduled_sampling * min(1.0, state.step / max(1, total_steps))
+                    boundary = (micro + 1) % tc.accum_grad == 0 or state.batch + 1 == n_batches
+                    sync = ddp.no_sync() if dist.world > 1 and not boundary else _null()
+                    with sync:
+                        with _autocast(dev, tc.precision):
+                            out = ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
+                                      sampling_prob=prob, mask_ctc=tc.mask_ctc)
+                        loss = out["loss"].float()
+                        finite = bool(torch.isfinite(loss))
+                        if finite:
+                            scaler.scale(loss / tc.accum_grad).backward()
+                    micro += 1
+                    if not finite:
+                        state.skipped += 1
+                        optimizer.zero_grad(set_to_none=True)
+                        micro = 0
+                    elif boundary:
+                        scaler.unscale_(optimizer)
+                        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad)
+                        if torch.isfinite(norm):
+                            for group in optimizer.param_groups:
+                                group["lr"] = warmup_inverse_sqrt(state.step + 1, tc.lr, warmup)
+                            scaler.step(optimizer)
+                            state.step += 1
+                        else:
+                            state.skipped += 1
+                        scaler.update()
+                        optimizer.zero_grad(set_to_none=True)
+                        micro = 0
+                    state.batch += 1
+                    batches_run += 1
+                    frames_done += batch.frames
+                    if finite:
+                        loss_sum, loss_count = loss_sum + float(loss), loss_count + 1
+                    rate = frames_done / max(1e-9, time.monotonic() - started)
+                    lr = optimizer.param_groups[0]["lr"]
+                    bar.update(task, advance=1, info=f"loss {loss_sum / max(1, loss_count):.3f} lr {lr:.2e} "
+                                                      f"{rate * cfg.features.frame_shift_ms / 1000:.0f} s/s")
+                    if writer is not None and state.step % tc.log_interval == 0 and finite:
+                        writer.add_scalar("train/loss", float(loss), state.step)
+                        writer.add_scalar("train/lr", lr, state.step)
+                    at_boundary = micro == 0
+                    due = (time.monotonic() - last_save) >= tc.checkpoint_minutes * 60
+                    interrupted = stop["signal"] is not None or (
+                        stop_after_batches is not None and batches_run >= stop_after_batches)
+                    if at_boundary and (due or interrupted) and state.batch < n_batches:
+                        state.elapsed = elapsed_before + time.monotonic() - started
+                        save_last()
+                        last_save = time.monotonic()
+                    if interrupted and at_boundary:
+                        say(f"stopped at epoch {state.epoch + 1}, batch {state.batch}; "
+                            f"re-run the same command to resume")
+                        return state
+            epoch_seconds = time.monotonic() - started
+            state.elapsed = elapsed_before + epoch_seconds
+            if dist.main:
+                metrics = validate(model, dev_loader, tokenizer, dev, tc.precision, tc.mask_ctc)
+            dist.barrier()
+            if dist.main:
+                record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": loss_sum / max(1, loss_count),
+                          "lr": optimizer.param_groups[0]["lr"], "skipped_steps": state.skipped,
+                          "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2),
+                          "audio_seconds_per_second": round(frames_done * cfg.features.frame_shift_ms / 1000
+                                                            / max(1e-9, epoch_seconds), 2), **metrics}
+                _save_epoch(ckpt_dir, state.epoch + 1, model, cfg, tokenizer, record)
+                state.history.append(record)
+                _prune(ckpt_dir, state.history, tc.keep_best, tc.best_metric)
+            state.epoch += 1
+            state.batch = 0
+            save_last()
+            last_save = time.monotonic()
+            if dist.main:
+                with open(log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+                if writer is not None:
+                    for key, value in record.items():
+                        if key.startswith("valid_"):
+                            writer.add_scalar(f"valid/{key[6:]}", value, state.step)
+                say(_epoch_line(record))
+            if stop["signal"] is not None:
+                say("stopped after the epoch; re-run the same command to resume")
+                return state
+        return state
+    finally:
+        for s, handler in old_handlers.items():
+            signal.signal(s, handler)
+        if writer is not None:
+            writer.close()
+        dist.close()
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _epoch_line(record: dict) -> str:
+    parts = [f"epoch {record['epoch']}", f"train_loss {record['train_loss']:.3f}"]
+    parts += [f"{k} {v:.3f}" for k, v in record.items() if k.startswith("valid_")]
+    parts += [f"{record['audio_seconds_per_second']:.1f} audio s/s", f"{record['epoch_seconds']:.0f} s"]
+    return " | ".join(parts)
+
+
+def _save_epoch(ckpt_dir: Path, epoch: int, model: ASRModel, cfg: Config, tokenizer: Tokenizer, metrics: dict) -> None:
+    save_checkpoint(ckpt_dir / f"epoch_{epoch}.pt", {
+        "weights": model.state_dict(), "config": to_dict(cfg), "metrics": metrics, "epoch": epoch,
+        "tokenizer_model": torch.frombuffer(bytearray(tokenizer.model_bytes), dtype=torch.uint8),
+        "tokenizer_meta": tokenizer.meta()}, format="asr-epoch")
+
+
+def _prune(ckpt_dir: Path, history: list[dict], keep: int, metric: str) -> None:
+    """Keep the `keep` best epochs by `metric` and the `keep` most recent; remove the others."""
+    if keep <= 0 or not history or metric not in history[-1]:
+        return
+    reverse = metric == "valid_acc"
+    ranked = sorted((r for r in history if metric in r), key=lambda r: r[metric], reverse=reverse)
+    wanted = {r["epoch"] for r in ranked[:keep]} | {r["epoch"] for r in history[-keep:]}
+    for r in history:
+        if r["epoch"] not in wanted:
+            remove_checkpoint(ckpt_dir / f"epoch_{r['epoch']}.pt")
+
+
+def _tensorboard(exp: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception:  # tensorboard is an optional extra
+        return None
+    return SummaryWriter(str(exp / "tensorboard"))

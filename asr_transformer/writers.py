@@ -1,0 +1,117 @@
+"""Transcript writers: txt, json, srt, vtt, tsv, as Whisper writes them.
+
+A result is ``{"text": str, "segments": [{"start": s, "end": s, "text": str, "score"?: float}],
+"language"?: str}`` with times in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+from .fileio import atomic_open
+
+FORMATS = ("txt", "json", "srt", "vtt", "tsv")
+
+
+def format_timestamp(seconds: float, decimal_marker: str = ".") -> str:
+    """``HH:MM:SS.mmm`` (hours always shown, and may exceed 99); e.g. 3725.5 -> 01:02:05.500."""
+    if seconds < 0:
+        raise ValueError(f"timestamp must be non-negative, got {seconds}")
+    ms = round(seconds * 1000)
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    secs, ms = divmod(ms, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{decimal_marker}{ms:03d}"
+
+
+def _cue_text(text: str) -> str:
+    """One line of subtitle text: no line breaks (a blank line ends a cue) and no '-->'."""
+    return " ".join(text.split()).replace("-->", "->")
+
+
+def _vtt_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def to_txt(result: dict) -> str:
+    """One line per segment (the whole text when there are no segments)."""
+    segments = result.get("segments") or []
+    texts = [s["text"] for s in segments] if segments else [result.get("text", "")]
+    lines = [" ".join(t.split()) for t in texts]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(result: dict) -> str:
+    """Text, language and segments (id, start, end, text, score) as indented JSON."""
+    out: dict = {"text": result.get("text", "")}
+    if result.get("language") is not None:
+        out["language"] = result["language"]
+    out["segments"] = []
+    for i, s in enumerate(result.get("segments") or []):
+        seg = {"id": i, "start": round(float(s["start"]), 3), "end": round(float(s["end"]), 3), "text": s["text"]}
+        if s.get("score") is not None:
+            seg["score"] = float(s["score"])
+        out["segments"].append(seg)
+    return json.dumps(out, ensure_ascii=False, indent=2) + "\n"
+
+
+def to_srt(result: dict) -> str:
+    """SubRip: 1-based index, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, text, blank line."""
+    cues = []
+    for i, s in enumerate(result.get("segments") or [], start=1):
+        start, end = format_timestamp(s["start"], ","), format_timestamp(s["end"], ",")
+        cues.append(f"{i}\n{start} --> {end}\n{_cue_text(s['text'])}\n\n")
+    return "".join(cues)
+
+
+def to_vtt(result: dict) -> str:
+    """WebVTT: ``WEBVTT`` header, then ``HH:MM:SS.mmm --> HH:MM:SS.mmm`` cues (text escaped)."""
+    cues = ["WEBVTT\n\n"]
+    for s in result.get("segments") or []:
+        start, end = format_timestamp(s["start"]), format_timestamp(s["end"])
+        cues.append(f"{start} --> {end}\n{_vtt_escape(_cue_text(s['text']))}\n\n")
+    return "".join(cues)
+
+
+def to_tsv(result: dict) -> str:
+    """``start<TAB>end<TAB>text`` with times in integer milliseconds, as Whisper writes."""
+    lines = ["start\tend\ttext"]
+    for s in result.get("segments") or []:
+        text = " ".join(s["text"].split())  # tabs and newlines would break the columns
+        lines.append(f"{round(s['start'] * 1000)}\t{round(s['end'] * 1000)}\t{text}")
+    return "\n".join(lines) + "\n"
+
+
+WRITERS: dict[str, Callable[[dict], str]] = {
+    "txt": to_txt,
+    "json": to_json,
+    "srt": to_srt,
+    "vtt": to_vtt,
+    "tsv": to_tsv,
+}
+
+
+def format_result(result: dict, fmt: str) -> str:
+    """The transcript `result` as a string in format `fmt` (one of `FORMATS`)."""
+    if fmt not in WRITERS:
+        raise ValueError(f"unknown output format {fmt!r}; choose from {', '.join(FORMATS)} or 'all'")
+    return WRITERS[fmt](result)
+
+
+def write_result(
+    result: dict, out_dir: str | os.PathLike, basename: str, formats: list[str] | str = "all"
+) -> list[Path]:
+    """Write ``<out_dir>/<basename>.<fmt>`` for each format (or "all"), atomically; return the paths."""
+    if isinstance(formats, str):
+        formats = list(FORMATS) if formats == "all" else [formats]
+    texts = {fmt: format_result(result, fmt) for fmt in formats}  # validate all before writing
+    paths = []
+    for fmt, text in texts.items():
+        path = Path(out_dir) / f"{basename}.{fmt}"
+        with atomic_open(path) as f:
+            f.write(text)
+        paths.append(path)
+    return paths

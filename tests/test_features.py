@@ -1,0 +1,73 @@
+import numpy as np
+import pytest
+import torch
+import torchaudio.compliance.kaldi as kaldi
+
+from asr_transformer.config import AugmentConfig, FeatureConfig
+from asr_transformer.data.features import (CMVNAccumulator, fbank, load_cmvn, num_frames, save_cmvn, spec_augment,
+                                           speed_perturb)
+
+
+@pytest.mark.parametrize("samples", [400, 401, 559, 560, 16000, 23456])
+@pytest.mark.parametrize("bins", [40, 80])
+def test_fbank_matches_torchaudio_kaldi(samples, bins):
+    g = torch.Generator().manual_seed(samples)
+    wave = 0.1 * torch.randn(samples, generator=g) + 0.05 * torch.sin(torch.arange(samples) * 0.3)
+    cfg = FeatureConfig(num_mel_bins=bins)
+    ours = fbank(wave, cfg)
+    ref = kaldi.fbank((wave * 32768).unsqueeze(0), num_mel_bins=bins, frame_length=25.0, frame_shift=10.0,
+                      dither=0.0, energy_floor=0.0, sample_frequency=16000)
+    assert ours.shape == ref.shape == (num_frames(samples, cfg), bins)
+    torch.testing.assert_close(ours, ref, atol=2e-3, rtol=1e-4)
+
+
+def test_fbank_of_8k_config_matches():
+    wave = 0.1 * torch.randn(8000, generator=torch.Generator().manual_seed(0))
+    cfg = FeatureConfig(sample_rate=8000, num_mel_bins=23)
+    ref = kaldi.fbank((wave * 32768).unsqueeze(0), num_mel_bins=23, sample_frequency=8000, dither=0.0)
+    torch.testing.assert_close(fbank(wave, cfg), ref, atol=2e-3, rtol=1e-4)
+
+
+def test_too_short_gives_no_frames():
+    assert fbank(torch.zeros(100)).shape == (0, 80)
+
+
+def test_cmvn_equals_direct_computation(tmp_path):
+    rng = np.random.default_rng(0)
+    chunks = [torch.from_numpy(rng.normal(5.0, 3.0, size=(n, 80)).astype(np.float32)) for n in (10, 250, 37)]
+    acc = CMVNAccumulator(80)
+    for c in chunks:
+        acc.add(c)
+    mean, std = acc.stats()
+    direct = torch.cat(chunks).double()
+    np.testing.assert_allclose(mean, direct.mean(0).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(std, direct.std(0, unbiased=False).numpy(), rtol=1e-8)
+    save_cmvn(tmp_path / "cmvn.json", mean, std, acc.frames)
+    m2, s2 = load_cmvn(tmp_path / "cmvn.json")
+    np.testing.assert_allclose(m2, mean)
+    np.testing.assert_allclose(s2, std)
+
+
+def test_spec_augment_masks_and_is_seeded():
+    feats = torch.randn(200, 80) + 10
+    cfg = AugmentConfig(freq_masks=2, freq_mask_width=10, time_masks=2, time_mask_width=20, time_mask_ratio=0.2,
+                        time_warp=5)
+    a = spec_augment(feats, cfg, torch.Generator().manual_seed(3))
+    b = spec_augment(feats, cfg, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b) and a.shape == feats.shape
+    zero_cols = (a == 0).all(0).sum()
+    zero_rows = (a == 0).all(1).sum()
+    assert 0 < zero_cols <= 20 and zero_rows <= 40
+    assert not torch.equal(a, feats)
+    none = AugmentConfig(freq_masks=0, time_masks=0, time_warp=0)
+    assert torch.equal(spec_augment(feats, none, torch.Generator()), feats)
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.1])
+def test_speed_perturb_changes_length_and_pitch(factor):
+    t = torch.arange(16000) / 16000
+    wave = torch.sin(2 * torch.pi * 500 * t)
+    out = speed_perturb(wave, factor)
+    assert abs(len(out) - 16000 / factor) < 2
+    peak = torch.fft.rfft(out).abs().argmax().item() * 16000 / len(out)
+    assert abs(peak - 500 * factor) < 5

@@ -1,0 +1,102 @@
+import random
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
+from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, filter_utterances, make_loader,
+                                         utterance_frames)
+from asr_transformer.data.manifest import Utterance
+from asr_transformer.data.tokenizer import train_tokenizer
+
+
+def lengths(n=300, seed=0):
+    rng = random.Random(seed)
+    return [rng.randint(50, 1500) for _ in range(n)]
+
+
+@pytest.mark.parametrize("max_frames,max_batch", [(3000, 64), (10000, 8), (1500, 100)])
+def test_batches_respect_frame_bound_and_cover_everything(max_frames, max_batch):
+    frames = lengths()
+    sampler = FrameBatchSampler(frames, max_frames, max_batch, seed=1)
+    for epoch in range(3):
+        batches = sampler.batches(epoch)
+        assert sorted(i for b in batches for i in b) == list(range(len(frames)))
+        for b in batches:
+            assert len(b) <= max_batch
+            assert len(b) * max(frames[i] for i in b) <= max_frames
+    assert sampler.batches(0) == sampler.batches(0)
+    assert sampler.batches(0) != sampler.batches(1)  # reshuffled per epoch
+
+
+def test_bucketing_keeps_padding_low():
+    frames = lengths(1000)
+    batches = FrameBatchSampler(frames, 20000, 200, seed=0, jitter=0.1).batches(0)
+    real = sum(frames)
+    padded = sum(len(b) * max(frames[i] for i in b) for b in batches)
+    assert padded / real < 1.25
+
+
+def test_too_long_utterance_is_reported():
+    with pytest.raises(ValueError, match="longer than data.max_frames"):
+        FrameBatchSampler([100, 5000], 1000, 10)
+
+
+def test_shards_are_disjoint_and_resume_skips():
+    frames = lengths(400)
+    full = FrameBatchSampler(frames, 4000, 32, seed=3).batches(2)
+    shards = [FrameBatchSampler(frames, 4000, 32, seed=3, rank=r, world=2).batches(2) for r in range(2)]
+    assert len(shards[0]) == len(shards[1])
+    assert shards[0] == full[0:len(full) - len(full) % 2:2] and shards[1] == full[1:len(full) - len(full) % 2:2]
+    sampler = FrameBatchSampler(frames, 4000, 32, seed=3)
+    sampler.set_epoch(2, start=5)
+    assert [[i for i, _ in b] for b in sampler] == full[5:]
+    assert len(sampler) == len(full) - 5
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rng = np.random.default_rng(0)
+    texts = ["one two three", "four five", "six", "seven eight nine ten", "a very long sentence for a short clip"]
+    durations = [1.0, 0.8, 0.5, 1.2, 0.3]
+    utts = []
+    for i, (text, dur) in enumerate(zip(texts, durations)):
+        path = tmp_path / f"u{i}.wav"
+        sf.write(path, (0.1 * rng.standard_normal(int(16000 * dur))).astype(np.float32), 16000)
+        utts.append(Utterance(f"u{i}", str(path), dur, text, "spk"))
+    tok = train_tokenizer(texts * 5, tmp_path / "tok", model_type="char")
+    return utts, tok
+
+
+def test_filters_count_what_they_drop(corpus):
+    utts, tok = corpus
+    data = DataConfig(min_duration=0.6, max_duration=1.1)
+    kept, ids, counts = filter_utterances(utts, tok, data, FeatureConfig(), subsampling=4)
+    assert [u.id for u in kept] == ["u0", "u1"]
+    assert counts.too_short == 2 and counts.too_long == 1 and counts.kept == 2
+    data = DataConfig(min_duration=0.1, max_duration=5)
+    kept, ids, counts = filter_utterances(utts, tok, data, FeatureConfig(), subsampling=4)
+    assert counts.unalignable == 1 and "u4" not in [u.id for u in kept]  # 38 chars in 0.3 s
+
+
+def test_loader_batches_pad_and_augment_deterministically(corpus):
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    aug = AugmentConfig(speed_factors=[0.9, 1.0, 1.1], time_warp=3)
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=7, cache_audio=True)
+    sampler = FrameBatchSampler([int(f / 0.9) + 1 for f in utterance_frames(kept, FeatureConfig())], 400, 8, seed=7)
+    first = list(make_loader(ds, sampler))
+    again = list(make_loader(ds, sampler))
+    for a, b in zip(first, again):
+        assert a.ids == b.ids and torch.equal(a.feats, b.feats)
+    for batch in first:
+        assert batch.feats.shape[0] * batch.feats.shape[1] <= 400
+        for i, n in enumerate(batch.feat_lens.tolist()):
+            assert torch.all(batch.feats[i, n:] == 0)
+            assert batch.tokens[i, batch.token_lens[i]:].eq(-1).all()
+            assert tok.decode(batch.tokens[i, :batch.token_lens[i]].tolist()) == batch.texts[i]
+    sampler.set_epoch(1)
+    other = {b.ids[0]: b.feats for b in make_loader(ds, sampler)}
+    assert any(not torch.equal(other.get(b.ids[0], b.feats[:0]), b.feats) for b in first)

@@ -1,0 +1,188 @@
+"""The Transformer model: masks, padding invariance, incremental decoding, losses, a tiny overfit."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from asr_transformer.config import PRESETS, ModelConfig
+from asr_transformer.model.asr import ASRModel
+from asr_transformer.model.attention import MultiHeadAttention
+from asr_transformer.model.embedding import Conv2dSubsampling, subsampled_length
+from asr_transformer.model.mask import causal_mask, lengths_to_mask
+from asr_transformer.model.tokens import EOS, SOS
+
+torch.set_num_threads(1)
+VOCAB, FEAT = 16, 20
+
+
+def tiny(**changes) -> ModelConfig:
+    cfg = ModelConfig(input_dim=FEAT, vocab_size=VOCAB, **PRESETS["tiny"])
+    return dataclasses.replace(cfg, **changes)
+
+
+def model(seed=0, **changes) -> ASRModel:
+    torch.manual_seed(seed)
+    return ASRModel(tiny(**changes))
+
+
+def batch(lengths=(50, 37), token_lens=(4, 3), seed=1):
+    g = torch.Generator().manual_seed(seed)
+    B, T, L = len(lengths), max(lengths), max(token_lens)
+    feats = torch.randn(B, T, FEAT, generator=g)
+    tokens = torch.randint(5, VOCAB, (B, L), generator=g)
+    tokens = tokens.masked_fill(~lengths_to_mask(torch.tensor(token_lens), L), -1)
+    return feats, torch.tensor(lengths), tokens, torch.tensor(token_lens)
+
+
+def test_masks():
+    assert lengths_to_mask(torch.tensor([2, 0, 3]), 4).tolist() == [
+        [True, True, False, False], [False] * 4, [True, True, True, False]]
+    assert causal_mask(3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_decoder_is_causal():
+    m = model().eval()
+    feats, lens, _, _ = batch()
+    enc, enc_lens = m.encode(feats, lens)
+    enc_mask = lengths_to_mask(enc_lens, enc.size(1))
+    tokens = torch.randint(5, VOCAB, (2, 6))
+    full = m.decoder(enc, enc_mask, tokens, torch.tensor([6, 6]))
+    for t in range(5):
+        changed = tokens.clone()
+        changed[:, t + 1:] = torch.randint(5, VOCAB, (2, 5 - t))
+        out = m.decoder(enc, enc_mask, changed, torch.tensor([6, 6]))
+        torch.testing.assert_close(out[:, : t + 1], full[:, : t + 1])
+    # without the causal mask (Mask-CTC), later tokens do matter
+    a = m.decoder(enc, enc_mask, tokens, torch.tensor([6, 6]), causal=False)
+    b = m.decoder(enc, enc_mask, changed, torch.tensor([6, 6]), causal=False)
+    assert not torch.allclose(a[:, 0], b[:, 0])
+
+
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_padding_invariance(pre_norm):
+    m = model(pre_norm=pre_norm).eval()
+    feats, lens, tokens, token_lens = batch(lengths=(61, 33), token_lens=(5, 2))
+    with torch.no_grad():
+        enc, enc_lens = m.encode(feats, lens)
+        batch_loss = m(feats, lens, tokens, token_lens)
+        n = int(enc_lens[1])
+        alone = [m(feats[i:i + 1, : lens[i]], lens[i:i + 1], tokens[i:i + 1, : token_lens[i]], token_lens[i:i + 1])
+                 for i in range(2)]
+        enc1, enc1_lens = m.encode(feats[1:, :33], lens[1:])
+    assert enc1_lens.item() == n == enc1.size(1)
+    torch.testing.assert_close(enc[1:, :n], enc1, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m.ctc_log_probs(enc)[1:, :n], m.ctc_log_probs(enc1), atol=1e-5, rtol=1e-5)
+    for key in ("loss", "loss_ctc", "loss_att"):  # batch losses are sums divided by the batch size
+        torch.testing.assert_close(2 * batch_loss[key], alone[0][key] + alone[1][key], atol=1e-4, rtol=1e-5)
+
+
+def test_incremental_step_equals_full_pass():
+    m = model(decoder_layers=2).eval()
+    feats, lens, _, _ = batch()
+    with torch.no_grad():
+        enc, enc_lens = m.encode(feats, lens)
+        enc_mask = lengths_to_mask(enc_lens, enc.size(1))
+        tokens = torch.cat([torch.full((2, 1), SOS), torch.randint(5, VOCAB, (2, 6))], 1)
+        full = m.decoder(enc, enc_mask, tokens, torch.tensor([7, 7])).log_softmax(-1)
+        cache = None
+        for t in range(1, 8):
+            step, cache = m.decoder_step(enc, enc_mask, tokens[:, :t], cache)
+            torch.testing.assert_close(step, full[:, t - 1], atol=1e-5, rtol=1e-5)
+        assert len(cache) == 4 and cache[0].shape == (2, 7, 2 * 64) and cache[2].shape == (2, enc.size(1), 128)
+        # a whole prefix at once, then reordering hypotheses as beam search does
+        _, cache = m.decoder_step(enc, enc_mask, tokens[:, :4])
+        idx = torch.tensor([1, 1, 0])
+        step, _ = m.decoder_step(enc[idx], enc_mask[idx], tokens[idx, :5], [c[idx] for c in cache])
+        torch.testing.assert_close(step, full[idx, 4], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("factor", [4, 6, 8])
+def test_subsampling_lengths(factor):
+    sub = Conv2dSubsampling(FEAT, 8, factor)
+    for T in range(1, 60):
+        x, out_lens = sub(torch.randn(1, T, FEAT), torch.tensor([T]))
+        expected = {4: ((T - 1) // 2 - 1) // 2, 6: ((T - 1) // 2 - 2) // 3,
+                    8: (((T - 1) // 2 - 1) // 2 - 1) // 2}[factor]
+        assert out_lens.item() == max(expected, 0) == subsampled_length(T, factor)
+        if T >= sub.receptive_field:
+            assert x.size(1) == expected
+        assert not x[:, out_lens.item():].any()  # beyond the length: zeros
+
+
+def test_attention_weights_path_equals_fused():
+    torch.manual_seed(0)
+    att = MultiHeadAttention(32, 4).eval()
+    q, kv = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
+    mask = lengths_to_mask(torch.tensor([7, 3, 0]), 7).unsqueeze(1)  # the last row has no valid key
+    fused, none, _ = att(q, kv, kv, mask)
+    explicit, w, _ = att(q, kv, kv, mask, need_weights=True)
+    assert none is None and w.shape == (3, 4, 5, 7)
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(fused).all()
+    torch.testing.assert_close(w[:2].sum(-1), torch.ones(2, 4, 5))
+    assert not w[1, ..., 3:].any() and not w[2].any()
+
+
+@pytest.mark.parametrize("changes", [dict(pre_norm=False), dict(pre_norm=True, tie_embeddings=True),
+                                     dict(ctc_weight=1.0), dict(ctc_weight=0.0), dict(subsampling=6),
+                                     dict(subsampling=8)])
+def test_variants_train(changes):
+    m = model(**changes).train()
+    out = m(*batch())
+    assert torch.isfinite(out["loss"])
+    assert ("loss_ctc" in out) == (m.cfg.ctc_weight > 0) and ("loss_att" in out) == (m.cfg.ctc_weight < 1)
+    out["loss"].backward()
+    if m.cfg.tie_embeddings:
+        assert m.decoder.output.weight is m.decoder.embed.weight
+        assert m.count_parameters() == model().count_parameters() - VOCAB * 64
+
+
+@pytest.mark.parametrize("kwargs", [dict(mask_ctc=True), dict(sampling_prob=0.5)])
+def test_mask_ctc_and_scheduled_sampling(kwargs):
+    m = model().train()
+    out = m(*batch(), **kwargs)
+    assert torch.isfinite(out["loss"]) and torch.isfinite(out["loss_att"])
+    out["loss"].backward()
+    grads = [p.grad for p in m.decoder.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_cmvn_is_applied():
+    m = model().eval()
+    feats, lens, _, _ = batch()
+    enc, _ = m.encode(feats, lens)
+    m.set_cmvn(torch.full((FEAT,), 2.0), torch.full((FEAT,), 3.0))
+    shifted, _ = m.encode(feats * 3 + 2, lens)
+    torch.testing.assert_close(enc, shifted, atol=1e-4, rtol=1e-4)
+
+
+def greedy_decode(m, enc, enc_lens, max_len=10):
+    enc_mask = lengths_to_mask(enc_lens, enc.size(1))
+    hyps = []
+    for i in range(enc.size(0)):
+        tokens, cache = torch.tensor([[SOS]]), None
+        for _ in range(max_len):
+            log_probs, cache = m.decoder_step(enc[i:i + 1], enc_mask[i:i + 1], tokens, cache)
+            best = log_probs.argmax(-1, keepdim=True)
+            if best.item() == EOS:
+                break
+            tokens = torch.cat([tokens, best], 1)
+        hyps.append(tokens[0, 1:].tolist())
+    return hyps
+
+
+def test_tiny_model_overfits():
+    m = model(dropout=0.0, label_smoothing=0.0)
+    feats, lens, tokens, token_lens = batch(lengths=(40, 36, 32, 28), token_lens=(4, 3, 3, 2), seed=3)
+    targets = [tokens[i, : token_lens[i]].tolist() for i in range(4)]
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    for _ in range(150):
+        opt.zero_grad()
+        m(feats, lens, tokens, token_lens)["loss"].backward()
+        opt.step()
+    m.eval()
+    with torch.no_grad():
+        enc, enc_lens = m.encode(feats, lens)
+        assert greedy_decode(m, enc, enc_lens) == targets
+        assert m.ctc_greedy(enc, enc_lens) == targets
