@@ -198,9 +198,12 @@ class FrameBatchSampler(torch.utils.data.Sampler):
 
 
 def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0):
+    # A private generator: creating an iterator must not draw from the global RNG, or a resumed
+    # run (which creates one mid-epoch) would see different dropout masks than an uninterrupted one.
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
         worker_init_fn=_single_thread if num_workers else None, persistent_workers=False,
+        generator=torch.Generator(),
     )
 
 

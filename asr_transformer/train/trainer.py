@@ -47,6 +47,8 @@ class Progress:
     step: int = 0  # optimizer steps taken
     skipped: int = 0  # steps skipped for non-finite loss or gradients
     elapsed: float = 0.0  # training seconds so far
+    epoch_loss: float = 0.0  # sum of this epoch's finite batch losses ...
+    epoch_batches: int = 0  # ... and their count
     history: list = field(default_factory=list)  # epoch metrics
 
 
@@ -281,7 +283,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             model.train()
             n_batches = len(sampler.batches(state.epoch))
             micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
-            frames_done, loss_sum, loss_count = 0, 0.0, 0
+            frames_done = 0
             with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
                 task = bar.add_task(f"epoch {state.epoch + 1}/{tc.max_epochs}", total=n_batches,
                                     completed=state.batch, info="")
@@ -320,10 +322,11 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                     batches_run += 1
                     frames_done += batch.frames
                     if finite:
-                        loss_sum, loss_count = loss_sum + float(loss), loss_count + 1
+                        state.epoch_loss += float(loss.detach())
+                        state.epoch_batches += 1
                     rate = frames_done / max(1e-9, time.monotonic() - started)
                     lr = optimizer.param_groups[0]["lr"]
-                    bar.update(task, advance=1, info=f"loss {loss_sum / max(1, loss_count):.3f} lr {lr:.2e} "
+                    bar.update(task, advance=1, info=f"loss {state.epoch_loss / max(1, state.epoch_batches):.3f} lr {lr:.2e} "
                                                       f"{rate * cfg.features.frame_shift_ms / 1000:.0f} s/s")
                     if writer is not None and state.step % tc.log_interval == 0 and finite:
                         writer.add_scalar("train/loss", float(loss), state.step)
@@ -346,7 +349,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                 metrics = validate(model, dev_loader, tokenizer, dev, tc.precision, tc.mask_ctc)
             dist.barrier()
             if dist.main:
-                record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": loss_sum / max(1, loss_count),
+                record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": state.epoch_loss / max(1, state.epoch_batches),
                           "lr": optimizer.param_groups[0]["lr"], "skipped_steps": state.skipped,
                           "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2),
                           "audio_seconds_per_second": round(frames_done * cfg.features.frame_shift_ms / 1000
@@ -355,7 +358,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                 state.history.append(record)
                 _prune(ckpt_dir, state.history, tc.keep_best, tc.best_metric)
             state.epoch += 1
-            state.batch = 0
+            state.batch, state.epoch_loss, state.epoch_batches = 0, 0.0, 0
             save_last()
             last_save = time.monotonic()
             if dist.main:

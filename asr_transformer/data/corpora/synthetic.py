@@ -78,7 +78,7 @@ SPEAKERS_PER_COMBINATION = {"train": 2, "dev": 1, "test": 1}
 FLITE_SPLITS = {"train": ["kal", "kal16", "awb"], "dev": ["rms"], "test": ["slt"]}
 FLITE_RATES = {"train": [150, 175, 200], "dev": [175], "test": [175]}
 
-RATE_RANGE = (140, 210)  # espeak words per minute (default 175)
+RATE_RANGE = (115, 185)  # espeak words per minute (default 175; espeak speaks fast)
 PITCH_RANGE = (30, 70)  # espeak 0-100 (default 50)
 INTONATION_RANGE = (25, 75)  # espeak pitch range 0-100 (default 50)
 
@@ -361,10 +361,14 @@ def prepare(
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with ctx.Pool(jobs, maxtasksperchild=1) as pool, Progress(*columns) as progress:
+        tasks: dict[str, int] = {}
 
         def run(split: str, plan: list[tuple[str, str, Speaker, str]]) -> dict[str, float]:
             """Synthesize `plan` in lanes; return id → seconds (failures recorded, left out)."""
-            task = progress.add_task(f"synthesizing {split}", total=len(plan))
+            if split not in tasks:
+                tasks[split] = progress.add_task(f"synthesizing {split}", total=0)
+            task = tasks[split]
+            progress.update(task, total=progress.tasks[task].total + len(plan))
             lanes = [plan[i:i + LANE] for i in range(0, len(plan), LANE)]
             seconds: dict[str, float] = {}
             for lane_result in pool.imap_unordered(_synth_lane, lanes):
@@ -388,12 +392,12 @@ def prepare(
         def keep(split: str, plan, seconds: dict[str, float]) -> None:
             for uid, text, spk, path in plan:
                 if uid in seconds:
-                    records[split].append(Utterance(uid, path, round(seconds[uid], 4), text, spk.id))
+                    records[split].append(Utterance(uid, path, seconds[uid], text, spk.id))
 
         # Train: plan in batches until the target duration is reached, then drop the overshoot.
         target = hours_train * 3600.0
         cycle = _cycle_speakers(speakers["train"], f"train-{seed}")
-        total, count, mean = 0.0, 0, 2.5
+        total, count, mean = 0.0, 0, 1.8  # mean seconds per utterance, re-estimated per batch
         train_texts: set[str] = set()
         while total < target:
             n = max(LANE, math.ceil((target - total) / mean * 1.02))

@@ -1,0 +1,62 @@
+"""Shared fixtures: a tiny, learnable 'tone language' corpus generated on the fly.
+
+Each letter of a small alphabet is a 0.12 s tone at its own pitch; an utterance speaks a few
+letter-words. A tiny model learns it in seconds, which is what the training tests need.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from asr_transformer.data.manifest import Utterance, write_manifest
+
+ALPHABET = {"a": 300.0, "b": 500.0, "c": 800.0, "d": 1200.0, "e": 1800.0}
+SHARED_DATA = Path(os.environ.get("ASR_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def speak(text: str, rng: random.Random, rate: int = 16000) -> np.ndarray:
+    pieces = [np.zeros(int(0.05 * rate), np.float32)]
+    for ch in text:
+        if ch == " ":
+            pieces.append(np.zeros(int(0.06 * rate), np.float32))
+            continue
+        t = np.arange(int(0.12 * rate)) / rate
+        freq = ALPHABET[ch] * rng.uniform(0.97, 1.03)
+        pieces.append((0.3 * np.sin(2 * np.pi * freq * t) * np.hanning(len(t))).astype(np.float32))
+    pieces.append(np.zeros(int(0.05 * rate), np.float32))
+    wave = np.concatenate(pieces)
+    return wave + 0.003 * np.asarray([rng.gauss(0, 1) for _ in range(len(wave))], np.float32)
+
+
+def make_tone_corpus(root: Path, sizes=(("train", 40), ("dev", 8), ("test", 8)), seed: int = 0) -> Path:
+    """Write wavs, train/dev/test manifests and a char tokenizer under `root`; returns `root`."""
+    from asr_transformer.data.tokenizer import train_tokenizer
+
+    rng = random.Random(seed)
+    letters = sorted(ALPHABET)
+    texts_all = []
+    for split, n in sizes:
+        utts = []
+        for i in range(n):
+            words = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 3))]
+            text = " ".join(words)
+            wave = speak(text, rng)
+            path = root / "wav" / f"{split}{i}.wav"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sf.write(path, wave, 16000)
+            utts.append(Utterance(f"{split}{i:03d}", str(path), len(wave) / 16000, text, f"spk{i % 3}"))
+            texts_all.append(text)
+        write_manifest(root / f"{split}.jsonl", utts)
+    train_tokenizer(texts_all, root / "tokenizer", model_type="char")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tone_corpus(tmp_path_factory) -> Path:
+    return make_tone_corpus(tmp_path_factory.mktemp("tones"))

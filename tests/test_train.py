@@ -1,0 +1,158 @@
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from asr_transformer.config import load_config
+from asr_transformer.package import average_checkpoints, load_package
+from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from asr_transformer.train.schedule import warmup_inverse_sqrt
+from asr_transformer.train.trainer import TrainError, train
+
+TINY = ["model.preset=tiny", "data.max_frames=1500", "data.max_batch=8", "train.warmup_steps=5", "train.lr=2e-3"]
+
+
+def run(corpus: Path, exp: Path, overrides=(), **kwargs):
+    cfg = load_config(None, TINY + list(overrides))
+    return train(cfg, corpus / "train.jsonl", corpus / "dev.jsonl", corpus / "tokenizer", exp, device="cpu",
+                 threads=1, **kwargs)
+
+
+def weights(path: Path) -> dict:
+    return load_checkpoint(path, format="asr-epoch" if "epoch_" in path.name else "asr-checkpoint")["weights"]
+
+
+def test_schedule_warms_up_then_decays():
+    lrs = [warmup_inverse_sqrt(s, 1e-3, 10) for s in range(1, 41)]
+    assert lrs[9] == pytest.approx(1e-3) and max(lrs) == lrs[9]
+    assert all(a < b for a, b in zip(lrs[:9], lrs[1:10])) and all(a > b for a, b in zip(lrs[10:], lrs[11:]))
+    assert lrs[39] == pytest.approx(1e-3 * (10 / 40) ** 0.5)
+
+
+def test_interrupted_run_resumes_to_the_same_weights(tone_corpus, tmp_path):
+    aug = ["augment.speed_factors=[0.9,1.0,1.1]", "augment.time_warp=2", "train.max_epochs=2"]
+    run(tone_corpus, tmp_path / "full", aug)
+    state = run(tone_corpus, tmp_path / "split", aug, stop_after_batches=3)
+    assert state.epoch == 0 and state.batch == 3
+    state = run(tone_corpus, tmp_path / "split", aug, stop_after_batches=4)  # crosses into epoch 2
+    assert state.epoch == 1
+    state = run(tone_corpus, tmp_path / "split", aug)
+    assert state.epoch == 2
+    full, split = weights(tmp_path / "full/checkpoints/last.pt"), weights(tmp_path / "split/checkpoints/last.pt")
+    for name in full:
+        assert torch.equal(full[name], split[name]), name
+    assert weights(tmp_path / "full/checkpoints/epoch_2.pt").keys() == full.keys()
+
+
+def test_killed_process_resumes_to_the_same_weights(tone_corpus, tmp_path):
+    """SIGKILL a real `asr train` process after it saved a mid-epoch checkpoint, then resume."""
+    args = ["train.max_epochs=2", "train.checkpoint_minutes=0"]
+    run(tone_corpus, tmp_path / "full", args)
+    exp = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "asr_transformer", "train", "--data", str(tone_corpus), "--exp", str(exp),
+           "--device", "cpu", "--threads", "1"] + [f"--set={o}" for o in TINY + args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = exp / "checkpoints/last.pt"
+    deadline = time.monotonic() + 120
+    while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert last.exists(), "the training process never wrote a checkpoint"
+    load_checkpoint(last)  # whatever moment the kill hit, the last checkpoint is intact
+    run(tone_corpus, exp, args)
+    full, resumed = weights(tmp_path / "full/checkpoints/last.pt"), weights(last)
+    for name in full:
+        assert torch.equal(full[name], resumed[name]), name
+
+
+def test_damaged_checkpoint_is_detected_not_loaded(tone_corpus, tmp_path):
+    run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1"])
+    last = tmp_path / "exp/checkpoints/last.pt"
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or damaged"):
+        load_checkpoint(last)
+    with pytest.raises(TrainError, match="last.pt"):
+        run(tone_corpus, tmp_path / "exp", ["train.max_epochs=2"])
+    # without a checksum file the archive itself is checked
+    save_checkpoint(tmp_path / "x.pt", {"weights": {"w": torch.ones(1000)}})
+    (tmp_path / "x.pt.sha256").unlink()
+    raw = (tmp_path / "x.pt").read_bytes()
+    (tmp_path / "x.pt").write_bytes(raw[:-200])
+    with pytest.raises(CheckpointError, match="x.pt"):
+        load_checkpoint(tmp_path / "x.pt")
+
+
+def test_non_finite_loss_skips_the_step(tone_corpus, tmp_path, monkeypatch):
+    from asr_transformer.model.asr import ASRModel
+
+    original = ASRModel.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        calls["n"] += 1
+        if self.training and calls["n"] == 2:
+            out["loss"] = out["loss"] * float("nan")
+        return out
+
+    monkeypatch.setattr(ASRModel, "forward", poisoned)
+    state = run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1"])
+    assert state.skipped == 1
+    for value in weights(tmp_path / "exp/checkpoints/last.pt").values():
+        assert torch.isfinite(value.float()).all()
+
+
+def test_average_packages_the_best_checkpoints(tone_corpus, tmp_path):
+    run(tone_corpus, tmp_path / "exp", ["train.max_epochs=3", "train.keep_best=2"])
+    kept = sorted(p.name for p in (tmp_path / "exp/checkpoints").glob("epoch_*.pt"))
+    assert len(kept) <= 4 and "epoch_3.pt" in kept
+    used = average_checkpoints(tmp_path / "exp", tmp_path / "model.pt", best=2, by="valid_loss")
+    assert len(used) == 2
+    states = [weights(p) for p in used]
+    model, tokenizer, cfg = load_package(tmp_path / "model.pt")
+    name = "encoder.layers.0.ffn.w1.weight" if "encoder.layers.0.ffn.w1.weight" in states[0] else next(
+        k for k, v in states[0].items() if v.is_floating_point() and v.dim() == 2)
+    torch.testing.assert_close(model.state_dict()[name], (states[0][name] + states[1][name]) / 2)
+    assert tokenizer.vocab_size == cfg.model.vocab_size
+    last = average_checkpoints(tmp_path / "exp", tmp_path / "last.pt", last=1)
+    assert [p.name for p in last] == ["epoch_3.pt"]
+
+
+def test_missing_inputs_are_explained(tone_corpus, tmp_path):
+    cfg = load_config(None, TINY)
+    with pytest.raises(TrainError, match="asr tokenizer"):
+        train(cfg, tone_corpus / "train.jsonl", tone_corpus / "dev.jsonl", tmp_path / "nope", tmp_path / "e")
+    with pytest.raises(TrainError, match="manifest not found"):
+        train(cfg, tmp_path / "x.jsonl", tone_corpus / "dev.jsonl", tone_corpus / "tokenizer", tmp_path / "e")
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tone_corpus, tmp_path):
+    args = ["train.max_epochs=1", "model.dropout=0.0", "augment.freq_masks=0", "augment.time_masks=0",
+            "data.max_frames=800"]
+    from asr_transformer.config import FeatureConfig
+    from asr_transformer.data.loader import FrameBatchSampler, utterance_frames
+    from asr_transformer.data.manifest import read_manifest
+
+    frames = utterance_frames(read_manifest(tone_corpus / "train.jsonl"), FeatureConfig())
+    assert len(FrameBatchSampler(frames, 800, 8, seed=1).batches(0)) % 2 == 0, "pick data.max_frames for even batches"
+    run(tone_corpus, tmp_path / "single", args + ["train.accum_grad=2"])
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--nproc_per_node=2", "--master_port=29517", "-m", "asr_transformer", "train",
+           "--data", str(tone_corpus), "--exp", str(tmp_path / "ddp"), "--device", "cpu", "--threads", "1"]
+    cmd += [f"--set={o}" for o in TINY + args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    single, ddp = weights(tmp_path / "single/checkpoints/last.pt"), weights(tmp_path / "ddp/checkpoints/last.pt")
+    for name in single:
+        torch.testing.assert_close(single[name], ddp[name], atol=2e-5, rtol=1e-4, msg=name)
