@@ -5,6 +5,9 @@ Sentences are lower case words without punctuation (apostrophes allowed), 2-10 w
 from word lists or number spellers, so the vocabulary is closed (:func:`vocabulary`) and the
 output is a deterministic function of the seed: ``generate(n, seed)`` is a prefix of
 ``generate(n + k, seed)``.
+
+Transcripts are what is written, not how espeak-ng says it: a spelled letter "a" is spoken like
+the article, "am" like the verb; the mapping stays consistent, so a model learns it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,22 @@
+"""Decoding: from encoder output to token sequences, every mode batched over utterances.
+
+Read in this order: greedy.py (autoregressive greedy) → ctc_prefix.py (CTC prefix scores, CTC prefix
+beam search) → beam.py (attention beam search, optionally joint with CTC) → maskctc.py (Mask-CTC,
+non-autoregressive) → search.py (`recognize`, one entry point for every mode; `decode_manifest`).
+
+Every search returns, per utterance, a list of `Hypothesis` (n-best, best first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Hypothesis:
+    """One decoding result: token ids (no <sos>/<eos>) and its score (a log-probability, plus the
+    length bonus where the mode uses one; see `search.recognize` for what each mode's score is)."""
+
+    tokens: list[int]
+    score: float
+    parts: dict[str, float] = field(default_factory=dict)  # e.g. {"ctc": …, "att": …} where known

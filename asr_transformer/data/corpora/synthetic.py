@@ -138,11 +138,11 @@ def build_speakers(seed: int = 0, flite: bool = True) -> dict[str, list[Speaker]
         for voice in VOICES:
             for variant in SPLIT_VARIANTS[split]:
                 for k in range(SPEAKERS_PER_COMBINATION[split]):
-                    rate, pitch, rng_range = (rng.randint(*RATE_RANGE), rng.randint(*PITCH_RANGE),
-                                              rng.randint(*INTONATION_RANGE))
+                    rate, pitch, intonation = (rng.randint(*RATE_RANGE), rng.randint(*PITCH_RANGE),
+                                               rng.randint(*INTONATION_RANGE))
                     if variant in have:
                         sid = f"es-{voice}-{variant.lower()}-{k}"
-                        out.append(Speaker(sid, "espeak", voice, variant, rate, pitch, rng_range))
+                        out.append(Speaker(sid, "espeak", voice, variant, rate, pitch, intonation))
         for voice in FLITE_SPLITS[split]:
             if voice in fl:
                 out += [Speaker(f"fl-{voice}-{r}", "flite", voice, rate=r) for r in FLITE_RATES[split]]
@@ -237,13 +237,37 @@ def to_pcm16(samples: np.ndarray) -> np.ndarray:
     return np.clip(np.round(samples * 32767.0), -32768, 32767).astype(np.int16)
 
 
+def resample_many(signals: list[np.ndarray], rate: int) -> list[np.ndarray]:
+    """Resample several float32 signals at `rate` to 16 kHz in one call (one filter, one conv).
+
+    Each signal is zero-padded to whole resampling blocks (rate/gcd samples, 20 ms for 22050 Hz)
+    and followed by one block of zeros, far wider than the filter, so no signal leaks into the
+    next and each piece equals resampling that padded signal alone.
+    """
+    block_in = rate // math.gcd(rate, SAMPLE_RATE)
+    block_out = SAMPLE_RATE // math.gcd(rate, SAMPLE_RATE)
+    blocks = [-(-len(x) // block_in) for x in signals]  # ceil
+    joined = np.zeros((sum(blocks) + len(signals)) * block_in, np.float32)
+    start = 0
+    for x, n in zip(signals, blocks):
+        joined[start:start + len(x)] = x
+        start += (n + 1) * block_in
+    out = resample(joined, rate, SAMPLE_RATE)
+    pieces, start = [], 0
+    for n in blocks:
+        pieces.append(out[start:start + n * block_out])
+        start += (n + 1) * block_out
+    return pieces
+
+
 def _synth_lane(lane: list[tuple[str, str, Speaker, str]]) -> list[tuple[str, float, str | None]]:
     """Worker: synthesize one lane (id, text, speaker, wav path) in order → (id, seconds, error)."""
     import torch
 
     torch.set_num_threads(1)
     engine: Espeak | None = None
-    results = []
+    made: dict[int, list[tuple[str, str, np.ndarray]]] = {}  # sample rate → (id, path, samples)
+    results: dict[str, tuple[float, str | None]] = {}
     for uid, text, speaker, path in lane:
         try:
             if speaker.engine == "espeak":
@@ -253,16 +277,22 @@ def _synth_lane(lane: list[tuple[str, str, Speaker, str]]) -> list[tuple[str, fl
             else:
                 samples, rate = synth_flite(text, speaker)
             samples = trim_silence(samples, rate)
-            pcm16 = to_pcm16(resample(np.ascontiguousarray(samples, np.float32), rate, SAMPLE_RATE))
-            if len(pcm16) < SAMPLE_RATE // 10 or not pcm16.any():
+            if len(samples) < rate // 10 or not samples.any():
                 raise RuntimeError("synthesis produced no audio")
-            tmp = f"{path}.tmp.wav"
-            sf.write(tmp, pcm16, SAMPLE_RATE, subtype="PCM_16", format="WAV")
-            os.replace(tmp, path)
-            results.append((uid, len(pcm16) / SAMPLE_RATE, None))
+            made.setdefault(rate, []).append((uid, path, samples.astype(np.float32)))
         except Exception as e:  # counted and reported, never silently dropped
-            results.append((uid, 0.0, f"{type(e).__name__}: {e}"))
-    return results
+            results[uid] = (0.0, f"{type(e).__name__}: {e}")
+    for rate, group in sorted(made.items()):
+        for (uid, path, _), audio in zip(group, resample_many([x for _, _, x in group], rate)):
+            try:
+                pcm16 = to_pcm16(audio)
+                tmp = f"{path}.tmp.wav"
+                sf.write(tmp, pcm16, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+                os.replace(tmp, path)
+                results[uid] = (len(pcm16) / SAMPLE_RATE, None)
+            except Exception as e:
+                results[uid] = (0.0, f"{type(e).__name__}: {e}")
+    return [(uid, *results[uid]) for uid, *_ in lane]
 
 
 # ---------------------------------------------------------------- texts and plans
@@ -299,6 +329,15 @@ def _unique(stream: Iterable[str], n: int, exclude: set[str], max_tries: int) ->
         out += list(islice(it, n - len(out)))
         return out, False
     return out, True
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 def _sub_seed(seed: int, name: str) -> int:
@@ -361,14 +400,15 @@ def prepare(
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with ctx.Pool(jobs, maxtasksperchild=1) as pool, Progress(*columns) as progress:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, tuple] = {}  # split → (progress task, planned count)
 
         def run(split: str, plan: list[tuple[str, str, Speaker, str]]) -> dict[str, float]:
             """Synthesize `plan` in lanes; return id → seconds (failures recorded, left out)."""
             if split not in tasks:
-                tasks[split] = progress.add_task(f"synthesizing {split}", total=0)
-            task = tasks[split]
-            progress.update(task, total=progress.tasks[task].total + len(plan))
+                tasks[split] = (progress.add_task(f"synthesizing {split}", total=0), 0)
+            task, total = tasks[split]
+            tasks[split] = (task, total + len(plan))
+            progress.update(task, total=total + len(plan))
             lanes = [plan[i:i + LANE] for i in range(0, len(plan), LANE)]
             seconds: dict[str, float] = {}
             for lane_result in pool.imap_unordered(_synth_lane, lanes):
@@ -456,7 +496,10 @@ def prepare(
             "test_variants": [v for v in TEST_VARIANTS if any(s.variant == v for s in speakers["test"])],
             "flite": {split: sorted({s.voice for s in speakers[split] if s.engine == "flite"}) for split in SPLITS},
             "accents_shared": VOICES,
+            "rule": "dev and test espeak variants (whole families of near-identical variants) and "
+                    "flite voices never occur in train; accents occur in every split",
         },
+        "engines": {"espeakng_loader": _version("espeakng-loader"), "flite": bool(flite_voices())},
         "failed": len(failed),
         "failures": failed[:20],
         "jobs": jobs,

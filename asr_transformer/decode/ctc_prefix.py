@@ -1,0 +1,257 @@
+"""Searches over the CTC output alone, and the CTC prefix scorer that joint decoding uses.
+
+- `ctc_greedy`: best path (argmax per frame, merge repeats, drop blanks), with per-token confidence.
+- `CTCPrefixScorer`: the CTC prefix probability ψ(g·c) of N hypotheses g × K candidate tokens c at once
+  (Watanabe et al. 2017, "Hybrid CTC/attention", Algorithm 2; ESPnet's CTCPrefixScoreTH), for
+  label-synchronous joint CTC/attention beam search.
+- `ctc_prefix_beam_search`: frame-synchronous CTC prefix beam search (Graves 2012; Hannun et al. 2014),
+  vectorized over utterances × beams × the top tokens of each frame.
+
+Notation (0-based frames t < T_b, the utterance's length; y_t(c) the CTC posterior of c at frame t):
+    r^n_t(g), r^b_t(g): probability of the first t+1 frames giving exactly g, the last frame being
+    (n) a non-blank of g's last token or (b) a blank. For the empty prefix, r^n = 0 and r^b_t = Π y_τ(blank).
+    φ_t(g, c) = r^b_t(g) + (r^n_t(g) if c ≠ last(g) else 0)   — paths ready to emit a new c at t+1
+    r^n_t(g·c) = (r^n_{t-1}(g·c) + φ_{t-1}) · y_t(c)
+    r^b_t(g·c) = (r^b_{t-1}(g·c) + r^n_{t-1}(g·c)) · y_t(blank)
+    ψ(g·c) = Σ_t φ_{t-1} · y_t(c)   = P(the output starts with g·c)
+    ψ(g·<eos>) = r^n_{T_b-1}(g) + r^b_{T_b-1}(g)   = P(the output is exactly g)
+with φ_{-1} = 1 for the empty g (0 otherwise). The two recursions are linear, first-order, so they have
+closed forms, computed here for all frames at once with cumulative sums in log space (float64), rather than a
+Python loop over frames:
+    r^n_t = C_t + logcumsumexp_τ≤t(φ_{τ-1} − C_{τ-1}),   C_t = Σ_{τ≤t} log y_τ(c)
+    r^b_t = B_t + logcumsumexp_τ≤t(r^n_{τ-1} − B_{τ-1}), B_t = Σ_{τ≤t} log y_τ(blank)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from asr_transformer.decode import Hypothesis
+from asr_transformer.model.mask import lengths_to_mask
+from asr_transformer.model.tokens import BLANK, EOS
+
+NEG_INF = float("-inf")
+LOG_FLOOR = -1e4  # log-probabilities are clamped here (e^-10000 is 0 anyway): keeps every sum finite
+_CHUNK = 1 << 23  # elements of one (N, K, T) block when scoring many candidates (≈ 64 MB of float64)
+
+
+# --------------------------------------------------------------------------------------------- greedy
+
+
+@dataclass
+class CTCGreedy:
+    """Best-path CTC output of a batch: padded tokens (B, L), lengths (B,), per-token confidence (B, L) —
+    the highest posterior over the frames of the token, as Mask-CTC uses — and the path log-probability (B,)."""
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    confidence: torch.Tensor
+    score: torch.Tensor
+
+    def hypotheses(self) -> list[list[Hypothesis]]:
+        tokens, lengths, score = self.tokens.cpu(), self.lengths.tolist(), self.score.tolist()
+        return [[Hypothesis(tokens[b, :n].tolist(), score[b], {"ctc": score[b]})] for b, n in enumerate(lengths)]
+
+
+def ctc_greedy(log_probs: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK) -> CTCGreedy:
+    """Best path: argmax per frame, merge repeats, drop blanks. log_probs (B, T, V), lengths (B,).
+
+    Vectorized: no loop over frames or utterances.
+    """
+    B, T, _ = log_probs.shape
+    if T == 0:
+        empty = log_probs.new_zeros(B, 0)
+        return CTCGreedy(empty.long(), empty.new_zeros(B, dtype=torch.long), empty, log_probs.new_zeros(B))
+    best_lp, best = log_probs.max(-1)  # (B, T)
+    valid = lengths_to_mask(lengths, T)
+    prev = torch.cat([best.new_full((B, 1), -1), best[:, :-1]], 1)
+    in_token = valid & (best != blank)
+    starts = in_token & (best != prev)  # first frame of each emitted token
+    token_lens = starts.sum(1)
+    L = int(token_lens.max()) if B else 0
+    index = (starts.cumsum(1) - 1).masked_fill(~in_token, L)  # token index of each frame; L = a dump column
+    tokens = best.new_zeros(B, L + 1).scatter_(1, index.masked_fill(~starts, L), best)[:, :L]
+    confidence = best_lp.new_zeros(B, L + 1).scatter_reduce_(1, index, best_lp.exp(), "amax")[:, :L]
+    score = (best_lp * valid).sum(1)
+    return CTCGreedy(tokens, token_lens, confidence, score)
+
+
+# --------------------------------------------------------------------------------------------- prefix scorer
+
+
+@dataclass
+class CTCPrefixState:
+    """Prefix state of N hypotheses (all tensors have the hypotheses on dim 0)."""
+
+    r_n: torch.Tensor  # (N, T) float64: log r^n_t(g)
+    r_b: torch.Tensor  # (N, T) float64: log r^b_t(g)
+    score: torch.Tensor  # (N,) float64: log ψ(g), the prefix score of g itself
+    last: torch.Tensor  # (N,) int64: last token of g, -1 for the empty prefix
+    length: torch.Tensor  # (N,) int64: tokens in g
+    utt: torch.Tensor  # (N,) int64: the utterance (row of the scorer's log-probs) each hypothesis belongs to
+
+    def index(self, rows: torch.Tensor) -> "CTCPrefixState":
+        """Keep / reorder / repeat hypotheses: rows (M,) → a state of M hypotheses."""
+        return CTCPrefixState(self.r_n[rows], self.r_b[rows], self.score[rows], self.last[rows],
+                              self.length[rows], self.utt[rows])
+
+
+class CTCPrefixScorer:
+    """Vectorized CTC prefix scoring over a batch of utterances.
+
+    Args:
+        log_probs: (B, T, V) CTC log-posteriors; frames beyond `lengths` are ignored.
+        lengths: (B,) valid frames per utterance.
+
+    Use: `state = scorer.initial_state(utt)`; `psi = scorer.score(state, tokens)` for candidate tokens
+    (N, K) → (N, K) log ψ(g·c) (c = EOS gives log P(g)); `state = scorer.advance(state, rows, tokens)` for the
+    extensions kept (hypothesis rows (M,) extended by tokens (M,)).
+    """
+
+    def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK, eos: int = EOS):
+        B, T, V = log_probs.shape
+        self.T, self.blank, self.eos = T, blank, eos
+        self.xt = log_probs.detach().float().clamp(min=LOG_FLOOR).transpose(1, 2).contiguous()  # (B, V, T)
+        self.cum_blank = self.xt[:, blank].double().cumsum(-1)  # (B, T): B_t
+        self.lengths = lengths.to(log_probs.device)
+        self.valid = lengths_to_mask(self.lengths, T)  # (B, T)
+
+    def initial_state(self, utt: torch.Tensor) -> CTCPrefixState:
+        """The empty prefix (after <sos>) for hypotheses of utterances `utt` (N,)."""
+        N = utt.numel()
+        r_n = self.cum_blank.new_full((N, self.T), NEG_INF)
+        zeros = torch.zeros(N, dtype=torch.long, device=utt.device)
+        return CTCPrefixState(r_n, self.cum_blank[utt], self.cum_blank.new_zeros(N), zeros - 1, zeros, utt)
+
+    def _phi_shift(self, state: CTCPrefixState, tokens: torch.Tensor) -> torch.Tensor:
+        """φ_{t-1}(g, c) for t = 0 … T-1 (N, K, T); at t = 0 it is 1 for the empty g, else 0."""
+        N, K = tokens.shape
+        r_sum = torch.logaddexp(state.r_n, state.r_b)  # (N, T)
+        same = (tokens == state.last.unsqueeze(1)).unsqueeze(-1)  # (N, K, 1)
+        phi = torch.where(same, state.r_b[:, None, :-1], r_sum[:, None, :-1])  # (N, K, T-1)
+        first = torch.where(state.length == 0, 0.0, NEG_INF).to(phi.dtype).view(N, 1, 1).expand(N, K, 1)
+        return torch.cat([first, phi], -1)
+
+    def _full_sequence(self, state: CTCPrefixState) -> torch.Tensor:
+        """log P(g) = log(r^n + r^b) at the utterance's last valid frame. → (N,)"""
+        length = self.lengths[state.utt]
+        r_sum = torch.logaddexp(state.r_n, state.r_b)
+        end = r_sum.gather(1, (length - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+        empty = torch.where(state.length == 0, 0.0, NEG_INF).to(end.dtype)  # no frames at all
+        return torch.where(length > 0, end, empty)
+
+    def score(self, state: CTCPrefixState, tokens: torch.Tensor) -> torch.Tensor:
+        """Prefix scores log ψ(g·c) for tokens (N, K) → (N, K) float64; EOS gives log P(g)."""
+        N, K = tokens.shape
+        chunk = max(1, _CHUNK // max(1, N * self.T))
+        if K > chunk:
+            return torch.cat([self.score(state, tokens[:, i:i + chunk]) for i in range(0, K, chunk)], 1)
+        x = self.xt[state.utt.unsqueeze(1), tokens].double()  # (N, K, T): log y_t(c)
+        terms = (self._phi_shift(state, tokens) + x).masked_fill(~self.valid[state.utt].unsqueeze(1), NEG_INF)
+        psi = torch.logsumexp(terms, -1)
+        return torch.where(tokens == self.eos, self._full_sequence(state).unsqueeze(1), psi)
+
+    def advance(self, state: CTCPrefixState, rows: torch.Tensor, tokens: torch.Tensor) -> CTCPrefixState:
+        """The states of hypotheses `rows` (M,) extended by `tokens` (M,) (not EOS) → a state of M hypotheses."""
+        s = state.index(rows)
+        c = tokens.unsqueeze(1)  # (M, 1)
+        x = self.xt[s.utt.unsqueeze(1), c].double()  # (M, 1, T)
+        phi_shift = self._phi_shift(s, c)
+        valid = self.valid[s.utt].unsqueeze(1)
+        psi = torch.logsumexp((phi_shift + x).masked_fill(~valid, NEG_INF), -1).squeeze(1)
+        C = x.cumsum(-1)
+        C_prev = torch.cat([torch.zeros_like(C[..., :1]), C[..., :-1]], -1)
+        r_n = C + torch.logcumsumexp(phi_shift - C_prev, -1)  # (M, 1, T)
+        Bc = self.cum_blank[s.utt].unsqueeze(1)  # (M, 1, T)
+        Bc_prev = torch.cat([torch.zeros_like(Bc[..., :1]), Bc[..., :-1]], -1)
+        rn_prev = torch.cat([torch.full_like(r_n[..., :1], NEG_INF), r_n[..., :-1]], -1)
+        r_b = Bc + torch.logcumsumexp(rn_prev - Bc_prev, -1)
+        return CTCPrefixState(r_n.squeeze(1), r_b.squeeze(1), psi, tokens, s.length + 1, s.utt)
+
+
+# --------------------------------------------------------------------------------------------- prefix beam search
+
+_HASH_MUL = 1_000_003  # prefix hash h·c = h·_HASH_MUL + c + 1 (int64, wrapping); with length and last token
+
+
+def ctc_prefix_beam_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int,
+                           token_beam: int | None = None, blank: int = BLANK) -> list[list[Hypothesis]]:
+    """Frame-synchronous CTC prefix beam search, batched over utterances.
+
+    At every frame each of the `beam` prefixes either stays (blank, or a repeat of its last token) or is
+    extended by one of the `token_beam` (default: `beam`) most probable non-blank tokens of that frame;
+    extensions equal to a prefix already in the beam are merged into it (probabilities add), and the `beam`
+    most probable prefixes survive. Prefixes are identified by a 64-bit rolling hash plus length and last
+    token. Everything is vectorized over (utterances, beams, tokens); the loop runs over frames.
+
+    Args:
+        log_probs (B, T, V), lengths (B,). Returns per utterance up to `beam` hypotheses, best first,
+        score = log P(prefix) over all its alignments.
+    """
+    B, T, V = log_probs.shape
+    W, dev = beam, log_probs.device
+    K = max(1, min(token_beam or W, V - 1))
+    valid = lengths_to_mask(lengths.to(dev), T)
+    x = log_probs.detach().float().masked_fill(~valid.unsqueeze(-1), NEG_INF)
+    x[..., blank] = x[..., blank].masked_fill(~valid, 0.0)  # padded frames: blank with probability 1
+    blank_lp = x[..., blank]  # (B, T)
+    top_lp, top_tok = x.index_fill(-1, torch.tensor([blank], device=dev), NEG_INF).topk(K, -1)  # (B, T, K)
+
+    pb = torch.full((B, W), NEG_INF, device=dev)
+    pb[:, 0] = 0.0
+    pnb = torch.full((B, W), NEG_INF, device=dev)
+    last = torch.full((B, W), -1, dtype=torch.long, device=dev)
+    length = torch.zeros(B, W, dtype=torch.long, device=dev)
+    hsh = torch.zeros(B, W, dtype=torch.long, device=dev)
+    parents, emits = [], []
+    for t in range(T):
+        ck, lk = top_tok[:, t], top_lp[:, t]  # (B, K)
+        total = torch.logaddexp(pb, pnb)  # (B, W)
+        y_last = x[:, t].gather(1, last.clamp(min=0)).masked_fill(last < 0, NEG_INF)
+        stay_b = total + blank_lp[:, t:t + 1]
+        stay_nb = pnb + y_last
+        same = ck.unsqueeze(1) == last.unsqueeze(2)  # (B, W, K)
+        ext = (torch.where(same, pb.unsqueeze(2), total.unsqueeze(2)) + lk.unsqueeze(1)).flatten(1)  # (B, W·K)
+        ext_hash = (hsh.unsqueeze(2) * _HASH_MUL + ck.unsqueeze(1) + 1).flatten(1)
+        ext_len = (length + 1).repeat_interleave(K, 1)
+        ext_last = ck.repeat(1, W)
+        # an extension equal to an (alive) prefix in the beam is merged into it
+        match = ((hsh.unsqueeze(2) == ext_hash.unsqueeze(1)) & (length.unsqueeze(2) == ext_len.unsqueeze(1))
+                 & (last.unsqueeze(2) == ext_last.unsqueeze(1)) & (total > NEG_INF).unsqueeze(2))  # (B, W, W·K)
+        stay_nb = torch.logaddexp(stay_nb, ext.unsqueeze(1).masked_fill(~match, NEG_INF).logsumexp(-1))
+        ext = ext.masked_fill(match.any(1), NEG_INF)
+        top, idx = torch.cat([torch.logaddexp(stay_b, stay_nb), ext], 1).topk(W, 1)
+        is_stay = idx < W
+        e = (idx - W).clamp(min=0)  # index into the extensions
+        src = torch.where(is_stay, idx, e // K)  # parent beam
+        token = torch.where(is_stay, -1, ext_last.gather(1, e))
+        pb = torch.where(is_stay, stay_b.gather(1, src), NEG_INF)
+        pnb = torch.where(is_stay, stay_nb.gather(1, src), ext.gather(1, e))
+        last = torch.where(is_stay, last.gather(1, src), token)
+        length = torch.where(is_stay, length.gather(1, src), ext_len.gather(1, e))
+        hsh = torch.where(is_stay, hsh.gather(1, src), ext_hash.gather(1, e))
+        parents.append(src)
+        emits.append(token)
+    scores = torch.logaddexp(pb, pnb)
+    order = scores.argsort(1, descending=True)  # (B, W) (already sorted after a topk, but T may be 0)
+    scores = scores.gather(1, order).cpu()
+    if T:  # backtrack the emitted tokens
+        parents_t, emits_t = torch.stack(parents).cpu(), torch.stack(emits).cpu()  # (T, B, W)
+        idx, seq = order.cpu(), []
+        for t in range(T - 1, -1, -1):
+            seq.append(emits_t[t].gather(1, idx))
+            idx = parents_t[t].gather(1, idx)
+        seq = torch.stack(seq[::-1], -1)  # (B, W, T)
+    out = []
+    for b in range(B):
+        hyps = []
+        for w in range(W):
+            s = float(scores[b, w])
+            if s == NEG_INF:
+                continue
+            toks = [] if not T else [int(v) for v in seq[b, w] if v >= 0]
+            hyps.append(Hypothesis(toks, s, {"ctc": s}))
+        out.append(hyps)
+    return out

@@ -1,0 +1,68 @@
+"""Autoregressive greedy decoding with the attention decoder, batched over utterances.
+
+From <sos>, feed the most probable next token back in until <eos> or the utterance's length limit
+(`max_len_ratio` × its encoder frames). The decoder's key/value cache makes each step cost one position;
+an utterance that ends leaves the batch (its rows are dropped from the cache), so the rest run on.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from asr_transformer.decode import Hypothesis
+from asr_transformer.model.mask import lengths_to_mask
+from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS
+
+NOT_OUTPUT = (BLANK, SOS, MASK)  # ids the attention decoder never emits (never a training target)
+
+
+def max_lengths(enc_lens: torch.Tensor, max_len_ratio: float) -> torch.Tensor:
+    """Most output tokens (before <eos>) per utterance: ratio × encoder frames, at least 1. (B,) on CPU."""
+    return (enc_lens.detach().cpu().double() * max_len_ratio).long().clamp(min=1)
+
+
+def mask_not_output(log_probs: torch.Tensor) -> torch.Tensor:
+    """Set the log-probabilities of ids the decoder must not emit to -inf. (N, V) → (N, V)."""
+    return log_probs.index_fill(-1, torch.tensor(NOT_OUTPUT, device=log_probs.device), float("-inf"))
+
+
+def greedy_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, max_len_ratio: float = 1.0) -> list[list[Hypothesis]]:
+    """Batched greedy attention decoding.
+
+    Args:
+        model: ASRModel (its `decoder_step`); enc (B, T', D), enc_lens (B,).
+    Returns:
+        per utterance one Hypothesis: tokens without <sos>/<eos>, score = summed log-probabilities of the
+        chosen tokens (including <eos> when it was reached).
+    """
+    B, dev = enc.size(0), enc.device
+    limit = max_lengths(enc_lens, max_len_ratio)
+    enc_mask = lengths_to_mask(enc_lens.to(dev), enc.size(1))
+    active = torch.arange(B)  # original index of each row (CPU)
+    ys = torch.full((B, 1), SOS, dtype=torch.long, device=dev)
+    score = torch.zeros(B, device=dev)
+    cache = None
+    results: list[Hypothesis | None] = [None] * B
+    for step in range(int(limit.max())):
+        log_probs, cache = model.decoder_step(enc, enc_mask, ys, cache)
+        best_lp, best = mask_not_output(log_probs).max(-1)  # (N,)
+        score = score + best_lp
+        ys = torch.cat([ys, best.unsqueeze(1)], 1)
+        ended = ((best == EOS).cpu() | (limit[active] <= step + 1))  # one sync per step
+        if not ended.any():
+            continue
+        rows = ended.nonzero().squeeze(1)
+        ys_cpu, score_cpu = ys[rows.to(dev)].cpu(), score[rows.to(dev)].cpu()
+        for i, r in enumerate(rows.tolist()):
+            toks = ys_cpu[i, 1:].tolist()
+            if toks and toks[-1] == EOS:
+                toks.pop()
+            results[int(active[r])] = Hypothesis(toks, float(score_cpu[i]), {"att": float(score_cpu[i])})
+        keep = (~ended).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            break
+        keep_dev = keep.to(dev)
+        active, ys, score = active[keep], ys[keep_dev], score[keep_dev]
+        enc, enc_mask = enc[keep_dev], enc_mask[keep_dev]
+        cache = [c[keep_dev] for c in cache]
+    return [[h] for h in results]

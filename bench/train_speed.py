@@ -1,0 +1,136 @@
+"""Training speed on this machine: audio seconds per wall second, model FLOP/s as a fraction of
+the measured matmul peak, and peak memory, for each preset and for the reference 10 M shape.
+
+    python bench/train_speed.py --threads 2 --json bench/train_speed.json
+
+Each configuration runs in its own process (clean peak memory). A step is forward + backward +
+Adam update on a batch of random features and tokens shaped like real speech (default: 27
+utterances of 3 s, 100 frames/s, 12 tokens/s). FLOPs are counted with torch's FlopCounterMode
+for one step; the peak is the best of several large matmuls in the same precision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+SHAPES = {
+    "tiny": {"preset": "tiny"},
+    "small": {"preset": "small"},
+    "base": {"preset": "base"},
+    "large": {"preset": "large"},
+    # The ESPnet2 reference: 6/3 blocks, 256-d, 4 heads, FFN 1024, conv2d x4, CTC 0.3 (10.0 M with vocab 300).
+    "ref10m": {"d_model": 256, "heads": 4, "encoder_layers": 6, "decoder_layers": 3, "ffn_dim": 1024},
+}
+
+
+def matmul_peak(dtype, threads: int, n: int = 2048, repeats: int = 5) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
+
+
+def measure(name: str, args) -> dict:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from asr_transformer.config import ModelConfig, apply_preset
+    from asr_transformer.model.asr import ASRModel
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=args.vocab)
+    for key, value in SHAPES[name].items():
+        apply_preset(cfg, value) if key == "preset" else setattr(cfg, key, value)
+    model = ASRModel(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    frames, tokens = int(args.seconds * 100), int(args.seconds * args.tokens_per_second)
+    feats = torch.randn(args.batch, frames, 80)
+    feat_lens = torch.full((args.batch,), frames, dtype=torch.long)
+    feat_lens[1::2] -= frames // 10  # some padding, as in real batches
+    ys = torch.randint(5, args.vocab, (args.batch, tokens))
+    ys_lens = torch.full((args.batch,), tokens, dtype=torch.long)
+    precision = torch.bfloat16 if args.precision == "bf16" else None
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision is not None):
+            loss = model(feats, feat_lens, ys, ys_lens)["loss"]
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    flops = counter.get_total_flops()
+    for _ in range(args.warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    seconds = (time.perf_counter() - start) / args.steps
+    peak = matmul_peak(torch.bfloat16 if precision else torch.float32, args.threads)
+    return {
+        "shape": name, "precision": args.precision, "threads": args.threads,
+        "parameters_M": round(model.count_parameters() / 1e6, 2),
+        "batch": f"{args.batch} x {args.seconds:g} s",
+        "step_s": round(seconds, 3),
+        "audio_s_per_s": round(args.batch * args.seconds / seconds, 1),
+        "frames_per_s": round(args.batch * frames / seconds),
+        "model_GFLOP_per_s": round(flops / seconds / 1e9, 1),
+        "matmul_peak_GFLOP_per_s": round(peak / 1e9, 1),
+        "fraction_of_peak": round(flops / seconds / peak, 3),
+        "peak_rss_MB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="tiny,small,base,large,ref10m")
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=int, default=27)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--tokens-per-second", type=float, default=12.0)
+    p.add_argument("--vocab", type=int, default=300)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args)))
+        return
+    rows = []
+    for precision in args.precisions.split(","):
+        for shape in args.shapes.split(","):
+            cmd = [sys.executable, __file__, "--one", shape, "--precision", precision]
+            for key in ("threads", "batch", "seconds", "tokens_per_second", "vocab", "steps", "warmup"):
+                cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+            out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+            if out.returncode != 0:
+                print(out.stderr[-2000:], file=sys.stderr)
+                continue
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(" | ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": " ".join(sys.argv), "results": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
