@@ -333,16 +333,19 @@ def plot(
     model: Optional[Path] = typer.Option(None, help="Model package for --attention."),
 ):
     """Training curves (loss, accuracy, CER per epoch) and a cross-attention alignment plot."""
-    from asr_transformer.plots import plot_attention, plot_training
+    from asr_transformer.plots import PlotError, plot_attention, plot_training
 
-    plot_training(exp, out)
-    typer.echo(f"wrote {out}")
-    if attention is not None:
-        if model is None:
-            _fail("--attention needs --model")
-        target = out.with_name(out.stem + "_attention.png")
-        plot_attention(model, attention, target)
-        typer.echo(f"wrote {target}")
+    if attention is not None and model is None:
+        _fail("--attention needs --model")
+    try:
+        plot_training(exp, out)
+        typer.echo(f"wrote {out}")
+        if attention is not None:
+            target = out.with_name(out.stem + "_attention.png")
+            plot_attention(model, attention, target)
+            typer.echo(f"wrote {target}")
+    except PlotError as e:
+        _fail(str(e))
 
 
 if __name__ == "__main__":

@@ -113,7 +113,9 @@ class CTCPrefixScorer:
     def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK, eos: int = EOS):
         B, T, V = log_probs.shape
         self.T, self.blank, self.eos = T, blank, eos
-        self.xt = log_probs.detach().float().clamp(min=LOG_FLOOR).transpose(1, 2).contiguous()  # (B, V, T)
+        x = log_probs.detach()
+        x = x if x.dtype == torch.float64 else x.float()  # kept in float32 (float64 input stays float64)
+        self.xt = x.clamp(min=LOG_FLOOR).transpose(1, 2).contiguous()  # (B, V, T)
         self.cum_blank = self.xt[:, blank].double().cumsum(-1)  # (B, T): B_t
         self.lengths = lengths.to(log_probs.device)
         self.valid = lengths_to_mask(self.lengths, T)  # (B, T)

@@ -1,0 +1,52 @@
+"""Whole-sequence decoder passes that reuse the cross-attention keys/values.
+
+`model.decoder(enc, …)` projects the encoder output to keys/values in every layer on every call. Mask-CTC
+calls the decoder once per iteration and rescoring once for each of an utterance's n-best hypotheses, so
+here the projection is made once per utterance (`cross_kv`, via the decoder's documented step cache) and
+`decoder_logits` runs the layers on it. The result equals `model.decoder(enc, enc_mask, tokens, lens, causal)`
+(tests/test_decode.py checks it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from asr_transformer.model.mask import causal_mask, lengths_to_mask
+from asr_transformer.model.tokens import SOS
+
+
+def cross_kv(model, enc: torch.Tensor, enc_mask: torch.Tensor) -> list[torch.Tensor]:
+    """Cross-attention keys|values of every decoder layer: enc (B, T', D) → M tensors (B, T', 2D).
+
+    Index every tensor with the same rows (`[c[rows] for c in kv]`) to share an utterance among hypotheses.
+    """
+    sos = torch.full((enc.size(0), 1), SOS, dtype=torch.long, device=enc.device)
+    _, cache = model.decoder_step(enc, enc_mask, sos)
+    return cache[len(cache) // 2:]
+
+
+def decoder_logits(model, kv: list[torch.Tensor], enc_mask: torch.Tensor, tokens: torch.Tensor,
+                   token_lens: torch.Tensor, causal: bool = True, select: torch.Tensor | None = None) -> torch.Tensor:
+    """Decoder logits from cached cross keys/values.
+
+    Args:
+        kv: from `cross_kv`, rows matching `tokens`; enc_mask (N, T') bool.
+        tokens (N, L) (padding must be a valid id), token_lens (N,); causal as `Decoder.forward`.
+        select: optional (N, L) bool: compute the output layer only at these positions.
+    Returns:
+        (N, L, V) logits, or (n_selected, V) with `select`.
+    """
+    dec = model.decoder
+    N, L = tokens.shape
+    mask = lengths_to_mask(token_lens, L).unsqueeze(1)  # (N, 1, L)
+    if causal:
+        mask = mask & causal_mask(L, tokens.device)
+    x = dec.pos(dec.embed(tokens))
+    empty = x.new_zeros(N, 0, 2 * x.size(-1))
+    memory_mask = enc_mask.unsqueeze(1)
+    for layer, layer_kv in zip(dec.layers, kv):
+        x, _ = layer(x, mask, None, memory_mask, (empty, layer_kv))
+    x = dec.norm(x)
+    if select is not None:
+        x = x[select]
+    return dec.output(x)

@@ -1,0 +1,258 @@
+"""One entry point for every decoding mode (`recognize`), and decoding a whole manifest (`decode_manifest`).
+
+Modes and what a hypothesis' score is:
+    greedy    autoregressive greedy attention decoding          Σ log p_att (with <eos>)
+    beam      attention beam search                              Σ log p_att + length_penalty·(tokens + 1)
+    joint     beam search with CTC prefix scores                 λ·log P_ctc + (1−λ)·Σ log p_att + length bonus
+    ctc       greedy CTC (best path)                             log P(best path)
+    ctc_beam  CTC prefix beam search                             log P_ctc(y) summed over alignments
+    maskctc   Mask-CTC, non-autoregressive                       Σ log(confidence of each token)
+    rescore   ctc_beam's n-best rescored by the attention        λ·log P_ctc + (1−λ)·log p_att(y <eos>) + length bonus
+              decoder (teacher-forced)
+λ = ctc_weight. Every mode decodes a whole batch of utterances at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from asr_transformer.config import DecodeConfig
+from asr_transformer.decode import Hypothesis
+from asr_transformer.decode.beam import beam_search
+from asr_transformer.decode.cross import cross_kv, decoder_logits
+from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
+from asr_transformer.decode.greedy import greedy_search
+from asr_transformer.decode.maskctc import maskctc_search
+from asr_transformer.model.mask import lengths_to_mask
+from asr_transformer.model.tokens import EOS, IGNORE_ID, PAD, SOS
+
+__all__ = ["MODES", "Hypothesis", "recognize", "decode_manifest", "attention_scores", "check_modes"]
+
+MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
+
+
+class DecodeError(ValueError):
+    """A decoding request that cannot run; the message says what to change."""
+
+
+def check_modes(modes) -> list[str]:
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    if not modes:
+        raise DecodeError(f"no decoding mode given; choose from: {', '.join(MODES)}")
+    for m in modes:
+        if m not in MODES:
+            raise DecodeError(f"unknown decoding mode '{m}'; choose from: {', '.join(MODES)}")
+    if len(set(modes)) != len(modes):
+        raise DecodeError(f"decoding mode listed twice in {', '.join(modes)}")
+    return modes
+
+
+# ------------------------------------------------------------------------------------------ recognize
+
+
+def attention_scores(model, enc: torch.Tensor, enc_lens: torch.Tensor, utt: torch.Tensor,
+                     seqs: list[list[int]]) -> torch.Tensor:
+    """Teacher-forced log p_att(y <eos> | x) of token sequences `seqs` (M of them), sequence m belonging
+    to utterance utt[m] of enc (B, T', D). → (M,) float32, in one decoder pass (the encoder keys/values are
+    projected once per utterance and shared by its sequences)."""
+    dev = enc.device
+    M = len(seqs)
+    L = max((len(s) for s in seqs), default=0) + 1
+    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    ys_in = torch.full((M, L), PAD, dtype=torch.long)
+    target = torch.full((M, L), IGNORE_ID, dtype=torch.long)
+    ys_in[:, 0] = SOS
+    for m, s in enumerate(seqs):
+        ys_in[m, 1:len(s) + 1] = torch.tensor(s, dtype=torch.long)
+        target[m, :len(s)] = torch.tensor(s, dtype=torch.long)
+        target[m, len(s)] = EOS
+    ys_in, target, lens, utt = ys_in.to(dev), target.to(dev), lens.to(dev), utt.to(dev)
+    enc_mask = lengths_to_mask(enc_lens.to(dev), enc.size(1))
+    kv = [c[utt] for c in cross_kv(model, enc, enc_mask)]
+    logits = decoder_logits(model, kv, enc_mask[utt], ys_in, lens + 1)
+    log_probs = torch.log_softmax(logits.float(), -1)
+    lp = log_probs.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return (lp * (target != IGNORE_ID)).sum(1)
+
+
+def _rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weight: float,
+             length_penalty: float) -> list[list[Hypothesis]]:
+    """Rescore CTC n-best lists with the attention decoder: λ·ctc + (1−λ)·att + length_penalty·(tokens + 1)."""
+    flat = [(b, h) for b, hyps in enumerate(nbest_lists) for h in hyps]
+    if not flat:
+        return [[Hypothesis([], float("-inf"))] for _ in nbest_lists]
+    att = attention_scores(model, enc, enc_lens, torch.tensor([b for b, _ in flat]), [h.tokens for _, h in flat]).tolist()
+    out: list[list[Hypothesis]] = [[] for _ in nbest_lists]
+    for (b, h), a in zip(flat, att):
+        s = ctc_weight * h.score + (1.0 - ctc_weight) * a + length_penalty * (len(h.tokens) + 1)
+        out[b].append(Hypothesis(h.tokens, s, {"ctc": h.score, "att": a}))
+    return [sorted(hyps, key=lambda h: h.score, reverse=True) or [Hypothesis([], float("-inf"))] for hyps in out]
+
+
+def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
+              pre_beam: int | None = None) -> list[list[Hypothesis]]:
+    """Decode a batch of utterances with `opts.mode`.
+
+    Args:
+        model: ASRModel (any device; switched to eval mode for the call).
+        feats: (B, T, F) raw log-mel features (the model applies its CMVN); feat_lens (B,).
+        opts: DecodeConfig (mode, beam, ctc_weight, length_penalty, max_len_ratio, maskctc_*, nbest).
+        pre_beam: joint mode: candidates per hypothesis scored by CTC (default 1.5·beam; 0 = whole vocabulary).
+    Returns:
+        per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
+    """
+    mode = check_modes(opts.mode)[0]
+    dev = next(model.parameters()).device
+    nbest = max(1, min(opts.nbest, opts.beam))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            enc, enc_lens = model.encode(feats.to(dev), feat_lens.to(dev))
+            if enc.size(1) == 0:  # every utterance too short to give one encoder frame
+                return [[Hypothesis([], 0.0)] for _ in range(enc.size(0))]
+            if mode == "greedy":
+                return greedy_search(model, enc, enc_lens, opts.max_len_ratio)
+            if mode in ("beam", "joint"):
+                ctc = model.ctc_log_probs(enc) if mode == "joint" else None
+                return beam_search(model, enc, enc_lens, opts.beam, ctc_log_probs=ctc, ctc_weight=opts.ctc_weight,
+                                   length_penalty=opts.length_penalty, max_len_ratio=opts.max_len_ratio,
+                                   nbest=nbest, pre_beam=pre_beam)
+            ctc = model.ctc_log_probs(enc)
+            if mode == "ctc":
+                return ctc_greedy(ctc, enc_lens).hypotheses()
+            if mode == "maskctc":
+                return maskctc_search(model, enc, enc_lens, ctc, opts.maskctc_iterations, opts.maskctc_threshold)
+            hyps = ctc_prefix_beam_search(ctc, enc_lens, opts.beam)
+            if mode == "ctc_beam":
+                return [h[:nbest] or [Hypothesis([], float("-inf"))] for h in hyps]
+            return [h[:nbest] for h in _rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty)]
+    finally:
+        model.train(was_training)
+
+
+# ------------------------------------------------------------------------------------------ manifests
+
+
+def _pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DecodeError(f"--device {device}: CUDA is not available here; use --device cpu")
+    return dev
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn())
+
+
+def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10, ctc_weight: float = 0.3,
+                    length_penalty: float = 0.0, maskctc_iterations: int = 10, maskctc_threshold: float = 0.99,
+                    batch_size: int = 16, device: str = "auto", threads: int = 0, score: bool = True,
+                    nbest: int = 1, max_len_ratio: float | None = None, pre_beam: int | None = None) -> dict:
+    """Decode every utterance of `manifest` with each mode in `modes`.
+
+    Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
+    "score"}, and "nbest" when nbest > 1), a Kaldi-style `text` file (`<id> <hyp>`, sorted by id), `rtf.json`
+    (decode wall time of the batches — encoder and search, features excluded — audio seconds, RTF; feature
+    time reported apart), and with `score`, `result.txt`/`alignments.txt`/`result.json` (asr_transformer.scoring).
+
+    Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
+    """
+    from asr_transformer.data.audio import AudioError, load_audio
+    from asr_transformer.data.features import fbank
+    from asr_transformer.data.manifest import read_manifest
+    from asr_transformer.fileio import atomic_open, write_json
+    from asr_transformer.package import load_package
+    from asr_transformer.scoring import score_dir
+
+    modes = check_modes(modes)
+    if batch_size < 1 or beam < 1:
+        raise DecodeError(f"batch_size and beam must be ≥ 1 (got {batch_size}, {beam})")
+    torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
+    dev = _pick_device(device)
+    model, tokenizer, cfg = load_package(model_path, dev)
+    base = replace(cfg.decode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
+                   maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
+                   nbest=max(1, min(nbest, beam)), batch_size=batch_size)
+    if max_len_ratio is not None:
+        base.max_len_ratio = max_len_ratio
+    utts = read_manifest(manifest)
+    if not utts:
+        raise DecodeError(f"{manifest}: no utterances to decode")
+    order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+    results: dict[str, dict[int, list[Hypothesis]]] = {m: {} for m in modes}
+    decode_time = dict.fromkeys(modes, 0.0)
+    feature_time, audio_seconds = 0.0, 0.0
+    with _progress() as bar:
+        task = bar.add_task(f"decode {','.join(modes)}", total=len(utts))
+        for batch in batches:
+            t0 = time.perf_counter()
+            feats = []
+            for i in batch:
+                u = utts[i]
+                try:
+                    wave = load_audio(u.audio, offset=u.offset or 0.0, duration=u.duration if u.offset is not None else None,
+                                      sample_rate=cfg.features.sample_rate, allow_silent=True)
+                except AudioError as e:
+                    raise DecodeError(f"{manifest}: utterance '{u.id}': {e}") from None
+                audio_seconds += len(wave) / cfg.features.sample_rate
+                feats.append(fbank(torch.from_numpy(wave), cfg.features))
+            lens = torch.tensor([f.size(0) for f in feats])
+            padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(dev)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            feature_time += time.perf_counter() - t0
+            for m in modes:
+                t0 = time.perf_counter()
+                hyps = recognize(model, padded, lens, replace(base, mode=m), pre_beam=pre_beam)
+                decode_time[m] += time.perf_counter() - t0
+                for i, h in zip(batch, hyps):
+                    results[m][i] = h
+            bar.advance(task, len(batch))
+
+    summary = {}
+    for m in modes:
+        d = Path(out) if len(modes) == 1 else Path(out) / m
+        d.mkdir(parents=True, exist_ok=True)
+        records = []
+        for i, u in enumerate(utts):
+            hyps = results[m][i]
+            rec = {"id": u.id, "text": tokenizer.decode(hyps[0].tokens), "ref": u.text, "tokens": hyps[0].tokens,
+                   "score": hyps[0].score}
+            if base.nbest > 1:
+                rec["nbest"] = [{"text": tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score} for h in hyps]
+            records.append(rec)
+        with atomic_open(d / "hyp.jsonl") as f:
+            for rec in records:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        with atomic_open(d / "text") as f:
+            for rec in sorted(records, key=lambda r: r["id"]):
+                f.write(f"{rec['id']} {rec['text']}".rstrip() + "\n")
+        rtf = decode_time[m] / max(audio_seconds, 1e-9)
+        info = {"mode": m, "utterances": len(utts), "audio_seconds": round(audio_seconds, 3),
+                "decode_seconds": round(decode_time[m], 4), "rtf": rtf,
+                "feature_seconds": round(feature_time, 4), "feature_rtf": feature_time / max(audio_seconds, 1e-9),
+                "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size,
+                "options": {k: v for k, v in vars(replace(base, mode=m)).items()}}
+        write_json(d / "rtf.json", info)
+        summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
+        if score:
+            report = score_dir(d, normalizer=tokenizer.normalizer)
+            summary[m].update(wer=report.wer, cer=report.cer)
+            print(report.summary_table(title=f"{m}  {d}"))
+        print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio on {dev}, "
+              f"{torch.get_num_threads()} threads; features {feature_time:.2f} s, RTF {info['feature_rtf']:.4f})")
+    return summary

@@ -1,0 +1,555 @@
+"""Transcribe audio files of any length: stream → voice-activity segments → batched decoding → text,
+segments and timestamps (the writers' result dict), in bounded memory.
+
+Read top to bottom:
+
+1. `stream_audio` reads a file (a path, the bytes of a file, or an array already at 16 kHz) in blocks
+   of a few seconds with ``soundfile.SoundFile``, mixes to mono and resamples each block to 16 kHz.
+   Blocks are resampled with enough context on both sides (aligned to the resampling period) that the
+   result equals resampling the whole file at once; nothing longer than one block is ever read.
+2. `Segmenter` splits the stream at silences. Each 10 ms frame gets an energy in dB; a frame is speech
+   when its energy is above ``max(peak − 40 dB, noise + 10 dB, −70 dBFS)``. `peak` is a running maximum
+   (decaying 1 dB/s, updated with each ~5 s block before its frames are classified, so a block looks
+   ahead at itself); `noise` a running noise floor (the 10th percentile of each block's frame energies,
+   allowed to rise by 0.2 dB/s). In a block with dynamics (10th to 90th percentile ≥ 6 dB, i.e. it
+   holds speech) the noise term is capped at peak − 15 dB, so speech that starts without any leading
+   silence is not taken for noise; a stationary block (steady noise, hum) stays silence. A silence of
+   at least `min_silence` (0.3 s) ends a segment.
+   A segment is the speech between silences: its reported start/end are the first and last speech
+   frames; the audio decoded is that plus up to `pad` (0.2 s) of context on each side (never reaching
+   back before the previous segment's end). A stretch with no such silence is cut, *without overlap*,
+   at the lowest-energy frame within the last 2 s before `max_segment` is reached (so no word is
+   decoded twice and no seam has to be merged; a cut lands in the quietest spot, usually a short pause
+   between words). Segments with less than 50 ms of speech (clicks) are dropped; silence is never decoded.
+3. `transcribe` batches the segments (``opts.batch_size`` at a time) through `fbank` → `recognize`,
+   keeping at most one batch of segment audio (plus the segmenter's buffer of ≤ max_segment + one
+   block) in memory, so a 30-minute file needs no more memory than a 30-second one.
+4. `transcribe_cli` is the `asr transcribe` command.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterator, Union
+
+import numpy as np
+import soundfile as sf
+
+from asr_transformer.data.audio import SAMPLE_RATE, AudioError, resample
+
+AudioSource = Union[str, os.PathLike, bytes, bytearray, np.ndarray]
+ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done, total seconds or None, segments)
+
+FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
+BLOCK_SECONDS = 5.0  # audio read (and resampled) at once
+MIN_DECODE = int(0.1 * SAMPLE_RATE)  # segments shorter than this are zero-padded for the encoder
+PROGRESS_MIN_SECONDS = 60.0  # files at least this long get a progress bar
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+
+def _source_name(source: AudioSource) -> str:
+    if isinstance(source, (bytes, bytearray)):
+        return "<bytes>"
+    if isinstance(source, np.ndarray):
+        return "<array>"
+    return str(source)
+
+
+def _open(source: AudioSource, name: str) -> sf.SoundFile:
+    if isinstance(source, (bytes, bytearray)):
+        if not source:
+            raise AudioError(name, "empty", "no audio data (0 bytes)")
+        handle = io.BytesIO(source)
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise AudioError(name, "unreadable", "file not found")
+        if path.is_dir():
+            raise AudioError(name, "unreadable", "is a directory, not an audio file")
+        handle = str(path)
+    try:
+        return sf.SoundFile(handle)
+    except Exception as e:  # soundfile raises several types for unknown or damaged formats
+        raise AudioError(name, "unreadable", f"cannot decode audio ({e})") from None
+
+
+def _resampling_context(up: int, down: int) -> int:
+    """Input samples of context each side so that block-wise resampling equals whole-signal resampling.
+
+    torchaudio's sinc kernel for output group j reads input [j·down − width, j·down + width + down) with
+    width = ceil(6·down / (0.99·min(up, down))) (its defaults); the context is a multiple of `down`, so
+    block boundaries fall on output-group boundaries.
+    """
+    width = math.ceil(6 * down / (0.99 * min(up, down)))
+    return down * (math.ceil(width / down) + 1)
+
+
+def audio_duration(source: AudioSource) -> float | None:
+    """Duration in seconds from the header (no samples read); None when the header does not say."""
+    if isinstance(source, np.ndarray):
+        return len(source) / SAMPLE_RATE
+    name = _source_name(source)
+    with _open(source, name) as f:
+        return f.frames / f.samplerate if f.frames > 0 else None
+
+
+def stream_audio(source: AudioSource, block_seconds: float = BLOCK_SECONDS) -> Iterator[np.ndarray]:
+    """Yield `source` as consecutive mono float32 16 kHz blocks of about `block_seconds` each.
+
+    `source`: a path, the bytes of an audio file, or a 1-D float array already at 16 kHz. Only one
+    block (plus resampling context) is in memory at a time. Raises AudioError naming the source when it
+    cannot be read, holds no samples, or holds NaN/inf.
+    """
+    name = _source_name(source)
+    if isinstance(source, np.ndarray):
+        if source.ndim != 1:
+            raise AudioError(name, "unreadable", f"expected a 1-D array of 16 kHz samples, got shape {source.shape}")
+        n = max(1, int(block_seconds * SAMPLE_RATE))
+        if source.size == 0:
+            raise AudioError(name, "empty", "audio has no samples")
+        for i in range(0, len(source), n):
+            block = np.asarray(source[i:i + n], dtype=np.float32)
+            if not np.isfinite(block).all():
+                raise AudioError(name, "nonfinite", "audio contains NaN or infinite samples")
+            yield block
+        return
+
+    f = _open(source, name)
+    with f:
+        rate = f.samplerate
+
+        def read(frames: int) -> np.ndarray:
+            try:
+                data = f.read(frames=frames, dtype="float32", always_2d=True)
+            except Exception as e:
+                raise AudioError(name, "unreadable", f"cannot decode audio ({e})") from None
+            mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
+            if not np.isfinite(mono).all():
+                raise AudioError(name, "nonfinite", "audio contains NaN or infinite samples")
+            return np.ascontiguousarray(mono, dtype=np.float32)
+
+        if rate == SAMPLE_RATE:
+            block = read(int(block_seconds * rate))
+            if block.size == 0:
+                raise AudioError(name, "empty", "audio has no samples")
+            while block.size:
+                yield block
+                block = read(int(block_seconds * rate))
+            return
+
+        g = math.gcd(rate, SAMPLE_RATE)
+        up, down = SAMPLE_RATE // g, rate // g
+        ctx = _resampling_context(up, down)
+        size = down * max(1, math.ceil(max(block_seconds * rate, ctx) / down))  # ≥ ctx, a multiple of down
+        left = np.zeros(ctx, np.float32)
+        cur = read(size)
+        if cur.size == 0:
+            raise AudioError(name, "empty", "audio has no samples")
+        while cur.size:
+            nxt = read(size)
+            right = nxt[:ctx]
+            if right.size < ctx:  # end of the file: zeros, as resampling the whole signal pads
+                right = np.concatenate([right, np.zeros(ctx - right.size, np.float32)])
+            out = resample(np.concatenate([left, cur, right]), rate, SAMPLE_RATE)
+            start = ctx * up // down
+            yield np.ascontiguousarray(out[start:start + math.ceil(cur.size * up / down)], dtype=np.float32)
+            left = np.concatenate([left, cur])[-ctx:]
+            cur = nxt
+
+
+# --------------------------------------------------------------------------------------- segmenting
+
+
+@dataclass
+class Segment:
+    """A stretch of speech: `start`/`end` in seconds (the speech itself, relative to the file) and the
+    16 kHz `audio` to decode, which starts at `audio_start` seconds (it may include a little context)."""
+
+    start: float
+    end: float
+    audio: np.ndarray
+    audio_start: float
+
+
+class Segmenter:
+    """Energy-based voice activity detection that splits a stream into segments of at most `max_segment`
+    seconds (see the module docstring for the rule). Feed blocks with `push`, then call `finish`; each
+    returns the segments completed so far, in order. Memory: at most max_segment + one block of audio.
+    """
+
+    def __init__(self, max_segment: float = 20.0, min_silence: float = 0.3, pad: float = 0.2,
+                 min_speech: float = 0.05, dynamic_range_db: float = 40.0, noise_margin_db: float = 10.0,
+                 floor_db: float = -70.0, peak_decay_db: float = 1.0, noise_rise_db: float = 0.2,
+                 min_snr_db: float = 15.0, stationary_db: float = 6.0, cut_search: float = 2.0):
+        if not max_segment >= 0.5:
+            raise ValueError(f"max_segment must be at least 0.5 s, got {max_segment}")
+        fps = SAMPLE_RATE // FRAME  # frames per second
+        self.max_frames = int(round(max_segment * fps))
+        self.min_silence = max(1, int(round(min_silence * fps)))
+        self.pad = int(round(pad * fps))
+        self.min_speech = max(1, int(round(min_speech * fps)))
+        self.cut_search = max(1, min(int(round(cut_search * fps)), self.max_frames // 2))
+        self.dynamic_range_db, self.noise_margin_db, self.floor_db = dynamic_range_db, noise_margin_db, floor_db
+        self.peak_decay_db, self.noise_rise_db = peak_decay_db, noise_rise_db
+        self.min_snr_db, self.stationary_db = min_snr_db, stationary_db
+        self.peak = -math.inf
+        self.noise = math.inf
+        self.samples = 0  # samples pushed so far
+        self.audio = np.zeros(0, np.float32)  # samples [audio0, self.samples)
+        self.audio0 = 0
+        self.db = np.zeros(0, np.float32)  # frame energies [frame0, frame0 + len)
+        self.speech = np.zeros(0, bool)
+        self.frame0 = 0
+        self.cursor = 0  # first frame not yet given to a segment (absolute)
+        self.prev_end = 0  # end frame of the previous segment: left context stops there
+        self.done = False
+
+    # -- public -----------------------------------------------------------------------------------
+
+    @property
+    def position(self) -> float:
+        """Seconds of audio fully segmented so far."""
+        return self.cursor * FRAME / SAMPLE_RATE
+
+    def push(self, block: np.ndarray) -> list[Segment]:
+        if self.done:
+            raise RuntimeError("Segmenter.push after finish")
+        block = np.asarray(block, dtype=np.float32)
+        if block.size == 0:
+            return []
+        self.audio = np.concatenate([self.audio, block])
+        self.samples += block.size
+        self._add_frames(self.samples // FRAME)
+        return self._emit(final=False)
+
+    def finish(self) -> list[Segment]:
+        """Flush the rest of the stream (a last partial frame counts, zero-padded)."""
+        if self.done:
+            return []
+        self._add_frames(math.ceil(self.samples / FRAME))
+        self.done = True
+        return self._emit(final=True)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _add_frames(self, total_frames: int) -> None:
+        have = self.frame0 + self.db.size
+        if total_frames <= have:
+            return
+        lo, hi = have * FRAME - self.audio0, total_frames * FRAME - self.audio0
+        x = self.audio[lo:hi]
+        if x.size < hi - lo:
+            x = np.concatenate([x, np.zeros(hi - lo - x.size, np.float32)])
+        x = x.reshape(-1, FRAME).astype(np.float64)
+        db = (10.0 * np.log10(np.mean(x * x, axis=1) + 1e-12)).astype(np.float32)
+        dt = db.size * FRAME / SAMPLE_RATE
+        self.peak = max(self.peak - self.peak_decay_db * dt, float(db.max()))
+        low, high = (float(v) for v in np.percentile(db, [10, 90]))
+        self.noise = low if not math.isfinite(self.noise) else min(self.noise + self.noise_rise_db * dt, low)
+        noise_threshold = self.noise + self.noise_margin_db
+        if high - low >= self.stationary_db:  # the block has dynamics, so it holds speech: its quiet
+            noise_threshold = min(noise_threshold, self.peak - self.min_snr_db)  # part may be speech too
+        threshold = max(self.peak - self.dynamic_range_db, noise_threshold, self.floor_db)
+        self.db = np.concatenate([self.db, db])
+        self.speech = np.concatenate([self.speech, db > threshold])
+
+    def _segment(self, s: int, e: int, forced: bool, total: int) -> Segment | None:
+        """Speech frames [s, e) (absolute) → a Segment with context; None when it holds too little speech."""
+        a = max(s - self.pad, self.prev_end, self.frame0)
+        self.prev_end = e
+        if int(self.speech[s - self.frame0:e - self.frame0].sum()) < self.min_speech:
+            return None
+        b = e if forced else min(e + self.pad, total)
+        audio = self.audio[a * FRAME - self.audio0:min(b * FRAME, self.samples) - self.audio0].copy()
+        return Segment(start=s * FRAME / SAMPLE_RATE, end=min(e * FRAME, self.samples) / SAMPLE_RATE,
+                       audio=audio, audio_start=a * FRAME / SAMPLE_RATE)
+
+    def _cut(self, s: int) -> int:
+        """No silence within max_segment after speech start s: the quietest frame of the last `cut_search`."""
+        lo = s + self.max_frames - self.cut_search
+        window = self.db[lo - self.frame0:s + self.max_frames - self.frame0]
+        return max(lo + int(np.argmin(window)), s + 1)
+
+    def _emit(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        total = self.frame0 + self.db.size
+        m = self.min_silence
+        while True:
+            hits = np.flatnonzero(self.speech[self.cursor - self.frame0:])
+            if hits.size == 0:  # nothing but silence after the cursor
+                self.cursor = total
+                break
+            s = self.cursor + int(hits[0])
+            # the first silence run of ≥ m frames after s, from window sums of the silence indicator
+            sil = ~self.speech[s - self.frame0:]
+            full = np.zeros(0, np.int64)
+            if sil.size >= m:
+                csum = np.concatenate([[0], np.cumsum(sil)])
+                full = np.flatnonzero(csum[m:] - csum[:-m] == m)
+            if full.size and full[0] <= self.max_frames:  # speech [s, s + full[0]) then silence
+                e = s + int(full[0])
+                seg, self.cursor = self._segment(s, e, forced=False, total=total), e
+            elif final:
+                e = s + int(np.flatnonzero(~sil)[-1]) + 1  # after the last speech frame
+                if e - s <= self.max_frames:
+                    seg, self.cursor = self._segment(s, e, forced=False, total=total), total
+                else:
+                    c = self._cut(s)
+                    seg, self.cursor = self._segment(s, c, forced=True, total=total), c
+            elif sil.size >= self.max_frames + m:  # seen enough: no silence run starts within max_segment
+                c = self._cut(s)
+                seg, self.cursor = self._segment(s, c, forced=True, total=total), c
+            else:  # a silence may still come: wait for more audio
+                self.cursor = s
+                break
+            if seg is not None:
+                out.append(seg)
+        self._trim()
+        return out
+
+    def _trim(self) -> None:
+        """Drop frames and samples no future segment can use (`pad` frames of left context are kept)."""
+        keep = max(self.frame0, self.prev_end, self.cursor - self.pad)
+        if keep > self.frame0:
+            self.db = self.db[keep - self.frame0:]
+            self.speech = self.speech[keep - self.frame0:]
+            self.frame0 = keep
+        sample0 = min(keep * FRAME, self.samples)
+        if sample0 > self.audio0:
+            self.audio = self.audio[sample0 - self.audio0:].copy()
+            self.audio0 = sample0
+
+
+def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_options) -> Iterator[Segment]:
+    """Stream `source` and yield its speech segments (see `Segmenter`), in order."""
+    seg = Segmenter(max_segment, **segmenter_options)
+    for block in stream_audio(source):
+        yield from seg.push(block)
+    yield from seg.finish()
+
+
+# --------------------------------------------------------------------------------------- decoding
+
+
+def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device) -> list[dict]:
+    import torch
+
+    from asr_transformer.data.features import fbank
+    from asr_transformer.decode.search import recognize
+
+    feats = []
+    for s in segments:
+        audio = s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
+        feats.append(fbank(torch.from_numpy(audio).to(device), cfg.features))
+    lens = torch.tensor([f.size(0) for f in feats])
+    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    hyps = recognize(model, padded, lens, opts)
+    out = []
+    for s, nbest in zip(segments, hyps):
+        if not nbest:
+            continue
+        best = nbest[0]
+        text = " ".join(tokenizer.decode(best.tokens).split())
+        if not text:
+            continue
+        score = float(best.score)
+        out.append({"start": round(s.start, 3), "end": round(s.end, 3), "text": text,
+                    "score": score if math.isfinite(score) else None})
+    return out
+
+
+def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_segment: float = 20.0,
+               device=None, progress: ProgressCallback | None = None) -> dict:
+    """Transcribe one audio file of any length.
+
+    Args:
+        model, tokenizer, cfg: what `asr_transformer.package.load_package` returns.
+        audio_source: a path, the bytes of an audio file, or a 1-D float32 array at 16 kHz.
+        opts: DecodeConfig (default: the package's `cfg.decode`); `opts.batch_size` segments are decoded
+            together.
+        max_segment: longest segment in seconds (see the module docstring for how audio is split).
+        device: where features are computed (default: the model's device).
+        progress: called as progress(seconds_done, total_seconds_or_None, segments_decoded) after each batch.
+    Returns:
+        {"text": all segment texts joined by spaces, "segments": [{"start", "end", "text", "score"}],
+         "duration": seconds}; times in seconds relative to the file, score = the hypothesis' log-prob
+        score (None when not finite). Segments whose decoded text is empty are left out.
+    Raises:
+        AudioError naming the source when it cannot be read.
+    """
+    opts = opts if opts is not None else cfg.decode
+    if device is None:
+        device = next(model.parameters()).device
+    batch_size = max(1, int(getattr(opts, "batch_size", 8) or 8))
+    total = audio_duration(audio_source) if progress is not None else None
+    segmenter = Segmenter(max_segment)
+    results: list[dict] = []
+    decoded = 0
+
+    def decode(batch: list[Segment]) -> None:
+        nonlocal decoded
+        results.extend(_decode_batch(model, tokenizer, cfg, batch, opts, device))
+        decoded += len(batch)
+        if progress is not None:
+            progress(batch[-1].end, total, decoded)
+
+    pending: list[Segment] = []
+    for block in stream_audio(audio_source):
+        for s in segmenter.push(block):
+            pending.append(s)
+            if len(pending) >= batch_size:
+                decode(pending)
+                pending = []
+        if not pending and progress is not None:
+            progress(segmenter.position, total, decoded)
+    pending.extend(segmenter.finish())
+    for i in range(0, len(pending), batch_size):
+        decode(pending[i:i + batch_size])
+    duration = segmenter.samples / SAMPLE_RATE
+    if progress is not None:
+        progress(duration, total if total is not None else duration, decoded)
+    return {"text": " ".join(s["text"] for s in results), "segments": results, "duration": duration}
+
+
+# -------------------------------------------------------------------------------------------- CLI
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr, shown only for files of at least PROGRESS_MIN_SECONDS."""
+
+    def __init__(self, label: str):
+        self.label, self.bar, self.task = label, None, None
+
+    def __call__(self, done: float, total: float | None, segments: int) -> None:
+        if self.bar is None:
+            if total is None or total < PROGRESS_MIN_SECONDS:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:.0f}/{task.total:.0f} s audio"),
+                                TextColumn("{task.fields[segments]} segments"), TimeElapsedColumn(),
+                                TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True))
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total, segments=0)
+        self.bar.update(self.task, completed=min(done, self.bar.tasks[0].total), segments=segments)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _fail(message: str):
+    import typer
+
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(code=1)
+
+
+def _pick_device(device: str):
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        _fail(f"--device {device}: not a device; use auto, cpu, cuda or cuda:N")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        _fail(f"--device {device}: CUDA is not available here; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        _fail(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return dev
+
+
+def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, output_format: str = "txt",
+                   mode: str = "joint", beam: int = 10, ctc_weight: float = 0.3, device: str = "auto",
+                   threads: int = 0, max_segment: float = 20.0) -> None:
+    """`asr transcribe`: decode each input (``-`` = stdin, named "stdin") with one loaded package.
+
+    Without `output_dir`: format txt prints the plain text (one line per input; with several inputs each
+    line is ``<input>\\t<text>``); another single format prints that format (one input only). With
+    `output_dir`: writes ``<output_dir>/<basename>.<ext>`` for `output_format` (txt, json, srt, vtt, tsv or
+    all). Inputs that cannot be read are reported and skipped; the exit code is 1 if any failed.
+    """
+    import typer
+
+    from asr_transformer.writers import FORMATS, format_result, write_result
+
+    if output_format != "all" and output_format not in FORMATS:
+        _fail(f"--output-format {output_format}: choose from {', '.join(FORMATS)} or all")
+    if output_dir is None and output_format == "all":
+        _fail("--output-format all writes several files: give --output-dir")
+    if output_dir is None and output_format != "txt" and len(audio) > 1:
+        _fail(f"--output-format {output_format} for several inputs: give --output-dir")
+    if list(audio).count("-") > 1:
+        _fail("stdin (-) can be read only once")
+    if not max_segment >= 0.5:
+        _fail(f"--max-segment {max_segment}: must be at least 0.5 seconds")
+    if beam < 1:
+        _fail(f"--beam {beam}: must be at least 1")
+
+    import torch
+
+    from asr_transformer.decode.search import MODES
+    from asr_transformer.package import load_package
+
+    if mode not in MODES:
+        _fail(f"--mode {mode}: choose from {', '.join(MODES)}")
+    torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
+    dev = _pick_device(device)
+    try:
+        asr_model, tokenizer, cfg = load_package(model, dev)
+    except Exception as e:  # damaged, foreign or incompatible file: say so, no traceback
+        message = str(e)
+        _fail(message if str(model) in message else f"{model}: cannot load the model package ({message})")
+    opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8)
+
+    failed = 0
+    basenames: dict[str, str] = {}
+    for item in audio:
+        if item == "-":
+            stdin = getattr(sys.stdin, "buffer", sys.stdin)
+            source, label, basename = stdin.read(), "stdin", "stdin"
+        else:
+            source, label, basename = item, item, Path(item).stem or Path(item).name
+        bar = _ProgressBar(label)
+        try:
+            result = transcribe(asr_model, tokenizer, cfg, source, opts, max_segment=max_segment, device=dev,
+                                progress=bar)
+        except AudioError as e:
+            detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
+            typer.secho(f"error: {label}: {detail}", fg="red", err=True)
+            failed += 1
+            continue
+        finally:
+            bar.close()
+        if output_dir is None:
+            if output_format == "txt":
+                typer.echo(result["text"] if len(audio) == 1 else f"{label}\t{result['text']}")
+            else:
+                typer.echo(format_result(result, output_format), nl=False)
+            continue
+        if basename in basenames:
+            typer.secho(f"warning: {label} and {basenames[basename]} share the name '{basename}': "
+                        f"the later output replaces the earlier", fg="yellow", err=True)
+        basenames[basename] = label
+        try:
+            paths = write_result(result, output_dir, basename, output_format)
+        except OSError as e:
+            typer.secho(f"error: {label}: cannot write output to {output_dir} ({e})", fg="red", err=True)
+            failed += 1
+            continue
+        typer.echo(f"{label} → {', '.join(str(p) for p in paths)}", err=True)
+    if failed:
+        typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
+        raise typer.Exit(code=1)

@@ -1,0 +1,45 @@
+# Stages shared by every recipe: tokenizer → train → average → decode → score.
+# A recipe's Makefile sets its variables, defines how $(DATA)/summary.json is prepared, then
+# includes this file. Each stage is a file target, so `make` skips what is complete and a
+# re-run resumes (training resumes exactly from its last checkpoint).
+ASR     ?= asr
+DATA    ?= data
+EXP     ?= exp/small
+CONF    ?= conf/small.yaml
+UNIT    ?= unigram
+VOCAB   ?= 256
+MODES   ?= greedy,beam,joint,ctc,maskctc,rescore
+BEAM    ?= 10
+AVERAGE ?= --best 5 --by valid_loss
+THREADS ?= 0
+TRAIN_ARGS ?=
+TEST    ?= test
+
+.PHONY: all prepare tokenizer train average decode score clean
+
+prepare: $(DATA)/summary.json
+
+tokenizer: $(DATA)/tokenizer/tokenizer.json
+$(DATA)/tokenizer/tokenizer.json: $(DATA)/summary.json
+	$(ASR) tokenizer $(DATA)/train.jsonl --out $(DATA)/tokenizer --model-type $(UNIT) --vocab-size $(VOCAB)
+
+train: $(EXP)/train.done
+$(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF)
+	$(ASR) train --data $(DATA) --exp $(EXP) --config $(CONF) --threads $(THREADS) $(TRAIN_ARGS)
+	touch $@
+
+average: $(EXP)/model.pt
+$(EXP)/model.pt: $(EXP)/train.done
+	$(ASR) average $(EXP) $(AVERAGE) --out $@
+
+decode: $(EXP)/decode_$(TEST)/done
+$(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
+	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(MODES) --beam $(BEAM) --threads $(THREADS) \
+		--out $(EXP)/decode_$(TEST) --no-score
+	touch $@
+
+score: $(EXP)/decode_$(TEST)/done
+	$(ASR) score $(EXP)/decode_$(TEST)
+
+clean:
+	rm -rf $(DATA) $(EXP)
