@@ -73,6 +73,7 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     max_epochs: int = 50
+    max_minutes: float = 0.0  # stop after the first epoch that ends past this much training time; 0 = no limit
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     warmup_steps: int = 0  # optimizer steps; 0 = scale with the data (warmup_epochs)
     warmup_epochs: float = 2.0

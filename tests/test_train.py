@@ -156,3 +156,9 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tone_cor
     single, ddp = weights(tmp_path / "single/checkpoints/last.pt"), weights(tmp_path / "ddp/checkpoints/last.pt")
     for name in single:
         torch.testing.assert_close(single[name], ddp[name], atol=2e-5, rtol=1e-4, msg=name)
+
+
+def test_time_limit_stops_after_the_epoch_that_crosses_it(tone_corpus, tmp_path):
+    state = run(tone_corpus, tmp_path / "exp", ["train.max_epochs=5", "train.max_minutes=0.00001"])
+    assert state.epoch == 1
+    assert run(tone_corpus, tmp_path / "exp", ["train.max_epochs=5", "train.max_minutes=0.00001"]).epoch == 1

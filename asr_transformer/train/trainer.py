@@ -278,7 +278,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     log_path = exp / "train_log.jsonl"
     batches_run, last_save = 0, time.monotonic()
     try:
-        while state.epoch < tc.max_epochs:
+        while state.epoch < tc.max_epochs and not _out_of_time(state, tc.max_minutes):
             sampler.set_epoch(state.epoch, start=state.batch)
             model.train()
             n_batches = len(sampler.batches(state.epoch))
@@ -372,6 +372,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             if stop["signal"] is not None:
                 say("stopped after the epoch; re-run the same command to resume")
                 return state
+        if _out_of_time(state, tc.max_minutes):
+            say(f"training time limit reached: {state.elapsed / 60:.1f} min ≥ train.max_minutes={tc.max_minutes:g}")
         return state
     finally:
         for s, handler in old_handlers.items():
@@ -379,6 +381,10 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
         if writer is not None:
             writer.close()
         dist.close()
+
+
+def _out_of_time(state: Progress, max_minutes: float) -> bool:
+    return max_minutes > 0 and state.elapsed >= max_minutes * 60
 
 
 class _null:
