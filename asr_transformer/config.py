@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml

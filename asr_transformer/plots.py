@@ -7,12 +7,12 @@ and written atomically: a temp file in the target folder, then a rename.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
+
+from asr_transformer.fileio import atomic_open
 
 MAX_ATTENTION_SECONDS = 30.0  # longer audio makes an unreadable alignment plot: the start is used
 
@@ -34,19 +34,9 @@ def _matplotlib():
 def _save(fig, canvas_class, out_png: str | os.PathLike) -> Path:
     """Render `fig` as PNG to a temp file beside `out_png`, then rename it into place."""
     out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
     canvas_class(fig)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp.png", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=110)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_open(out, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
     return out
 
 

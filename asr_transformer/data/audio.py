@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 import soundfile as sf

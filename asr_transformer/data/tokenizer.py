@@ -9,7 +9,6 @@ unit type, normalizer options), both written atomically.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path

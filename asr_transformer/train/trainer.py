@@ -28,7 +28,6 @@ from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, fi
 from asr_transformer.data.audio import load_audio
 from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.tokenizer import Tokenizer
-from asr_transformer.fileio import atomic_open
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.train.schedule import warmup_inverse_sqrt, warmup_steps

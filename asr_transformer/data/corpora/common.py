@@ -125,6 +125,19 @@ def read_transcript(path: str | os.PathLike) -> str:
     return " ".join(line.strip() for line in read_lines(path) if line.strip())
 
 
+def sidecar_transcript(audio: Path, skipped: Counter) -> str | None:
+    """The text of the same-name ``.txt`` beside `audio`; None (skipped and counted) when absent or empty."""
+    transcript = audio.with_suffix(".txt")
+    if not transcript.is_file():
+        skip(skipped, "no_transcript", f"{audio}: no transcript {transcript.name} beside it")
+        return None
+    text = read_transcript(transcript)
+    if not text:
+        skip(skipped, "empty_transcript", f"{transcript}: transcript is empty")
+        return None
+    return text
+
+
 # --- splitting --------------------------------------------------------------------------------
 
 

@@ -21,8 +21,7 @@ from asr_transformer.data.corpora.common import (
     audio_files,
     measure,
     progress,
-    read_transcript,
-    skip,
+    sidecar_transcript,
     split_utterances,
     write_splits,
 )
@@ -59,13 +58,8 @@ def prepare(
     ids: dict[str, Path] = {}
     for path in progress(files, "reading audio"):
         relative = path.relative_to(source_dir)
-        transcript = path.with_suffix(".txt")
-        if not transcript.is_file():
-            skip(skipped, "no_transcript", f"{path}: no transcript {transcript.name} beside it")
-            continue
-        text = read_transcript(transcript)
-        if not text:
-            skip(skipped, "empty_transcript", f"{transcript}: transcript is empty")
+        text = sidecar_transcript(path, skipped)
+        if text is None:
             continue
         uid = utterance_id(relative)
         if uid in ids:

@@ -23,7 +23,7 @@ from asr_transformer.data.corpora.common import (
     extract,
     measure,
     progress,
-    read_transcript,
+    sidecar_transcript,
     skip,
     split_by_group,
     write_splits,
@@ -67,13 +67,8 @@ def prepare(
         if not ID.fullmatch(path.stem):
             skip(skipped, "bad_name", f"{path}: name is not arctic_<a|b><NNNN>_<take>")
             continue
-        transcript = path.with_suffix(".txt")
-        if not transcript.is_file():
-            skip(skipped, "no_transcript", f"{path}: no transcript {transcript.name} beside it")
-            continue
-        text = read_transcript(transcript)
-        if not text:
-            skip(skipped, "empty_transcript", f"{transcript}: transcript is empty")
+        text = sidecar_transcript(path, skipped)
+        if text is None:
             continue
         duration = measure(path, skipped)
         if duration is not None:
