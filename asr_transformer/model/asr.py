@@ -99,6 +99,11 @@ class ASRModel(nn.Module):
             positions. All losses are sums over the batch divided by the batch size.
         """
         enc, enc_lens = self.encode(feats, feat_lens)
+        return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc)
+
+    def losses(self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor,
+               sampling_prob: float = 0.0, mask_ctc: bool = False) -> dict:
+        """The losses of `forward` from an encoder output (B, T', D) already computed."""
         w, out = self.cfg.ctc_weight, {}
         loss = enc.new_zeros(())
         if w > 0:

@@ -144,8 +144,8 @@ def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: s
     for batch in loader:
         batch = batch.to(device)
         with _autocast(device, precision):
-            out = model(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens, mask_ctc=mask_ctc)
             enc, enc_lens = model.encode(batch.feats, batch.feat_lens)
+            out = model.losses(enc, enc_lens, batch.tokens, batch.token_lens, mask_ctc=mask_ctc)
         n, t = len(batch.ids), int(batch.token_lens.sum()) + len(batch.ids)
         for key in ("loss", "loss_att", "loss_ctc"):
             if key in out:
