@@ -15,7 +15,7 @@ THREADS ?= 0
 TRAIN_ARGS ?=
 TEST    ?= test
 
-.PHONY: all prepare tokenizer train average decode score clean
+.PHONY: all prepare tokenizer train average decode score plot clean
 
 prepare: $(DATA)/summary.json
 
@@ -40,6 +40,11 @@ $(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
 
 score: $(EXP)/decode_$(TEST)/done
 	$(ASR) score $(EXP)/decode_$(TEST)
+
+plot: $(EXP)/curves.png
+$(EXP)/curves.png: $(EXP)/model.pt
+	$(ASR) plot $(EXP) --out $@ --model $(EXP)/model.pt \
+		--attention $$(python3 -c "import json,sys; l=open('$(DATA)/$(TEST).jsonl').readlines(); print(json.loads(l[1])['audio'])")
 
 clean:
 	rm -rf $(DATA) $(EXP)

@@ -78,8 +78,12 @@ def section(recipe: Path, exp: Path, command: str) -> str:
         lines += ["", f"Decoding `{decode_dir.name}`:", "",
                   "| mode | CER % | WER % | SER % | RTF | threads |", "|---|---|---|---|---|---|"]
         lines += decode_rows(decode_dir)
-    for png in sorted(exp.glob("*.png")):
-        lines += ["", f"![{png.stem}]({png.relative_to(Path.cwd()) if png.is_absolute() else png})"]
+    figures = Path("docs/figures")
+    for png in sorted(exp.glob("*.png")):  # experiment folders are not committed: copy the figures
+        target = figures / f"{recipe.name}_{exp.name}_{png.name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(png.read_bytes())
+        lines += ["", f"![{recipe.name} {png.stem}]({target.as_posix()})"]
     return "\n".join(lines) + "\n"
 
 
