@@ -24,6 +24,16 @@ from asr_transformer.model.embedding import subsampled_length
 
 log = logging.getLogger(__name__)
 
+# Padded batch shapes are rounded up to these multiples: far fewer distinct tensor shapes, so
+# oneDNN (CPU convolutions, bf16 matmuls) reuses its compiled kernels instead of building new
+# ones for nearly every batch. Padding is masked, so results do not change.
+FRAME_MULTIPLE = 32
+TOKEN_MULTIPLE = 8
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
 
 @dataclass
 class Batch:
@@ -134,17 +144,18 @@ def collate(items) -> Batch:
     ids, feats, tokens, texts = zip(*items)
     feat_lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
     token_lens = torch.tensor([len(t) for t in tokens], dtype=torch.long)
-    padded = torch.zeros(len(feats), int(feat_lens.max()), feats[0].shape[1])
+    padded = torch.zeros(len(feats), round_up(int(feat_lens.max()), FRAME_MULTIPLE), feats[0].shape[1])
     for i, f in enumerate(feats):
         padded[i, : f.shape[0]] = f
-    targets = torch.full((len(tokens), max(1, int(token_lens.max()))), -1, dtype=torch.long)
+    targets = torch.full((len(tokens), round_up(max(1, int(token_lens.max())), TOKEN_MULTIPLE)), -1, dtype=torch.long)
     for i, t in enumerate(tokens):
         targets[i, : len(t)] = torch.tensor(t, dtype=torch.long)
     return Batch(list(ids), padded, feat_lens, targets, token_lens, list(texts))
 
 
 class FrameBatchSampler(torch.utils.data.Sampler):
-    """Batches of indices with ``len(batch) × longest ≤ max_frames`` and ``len(batch) ≤ max_batch``.
+    """Batches of indices with ``len(batch) × padded longest ≤ max_frames`` and ``len(batch) ≤ max_batch``
+    (the longest utterance rounded up to FRAME_MULTIPLE, as `collate` pads it).
 
     Utterances are sorted by length with a random jitter (bucketing), cut into batches, and the
     batches shuffled; all from ``seed + epoch``. With ``world > 1`` each rank takes every
@@ -154,7 +165,7 @@ class FrameBatchSampler(torch.utils.data.Sampler):
 
     def __init__(self, frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
                  shuffle: bool = True, jitter: float = 0.1, rank: int = 0, world: int = 1):
-        too_long = [i for i, n in enumerate(frames) if n > max_frames]
+        too_long = [i for i, n in enumerate(frames) if round_up(n, FRAME_MULTIPLE) > max_frames]
         if too_long:
             raise ValueError(f"{len(too_long)} utterances are longer than data.max_frames={max_frames} "
                              f"frames; raise data.max_frames or lower data.max_duration")
@@ -175,7 +186,8 @@ class FrameBatchSampler(torch.utils.data.Sampler):
         batches, current, longest = [], [], 0
         for i in order:
             longer = max(longest, self.frames[i])
-            if current and (longer * (len(current) + 1) > self.max_frames or len(current) == self.max_batch):
+            padded = round_up(longer, FRAME_MULTIPLE)
+            if current and (padded * (len(current) + 1) > self.max_frames or len(current) == self.max_batch):
                 batches.append(current)
                 current, longer = [], self.frames[i]
             current.append(i)
