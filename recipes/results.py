@@ -78,6 +78,9 @@ def section(recipe: Path, exp: Path, command: str) -> str:
         lines += ["", f"Decoding `{decode_dir.name}`:", "",
                   "| mode | CER % | WER % | SER % | RTF | threads |", "|---|---|---|---|---|---|"]
         lines += decode_rows(decode_dir)
+        if not t.get("mask_ctc"):
+            lines += ["", "The decoder was trained autoregressively only (`train.mask_ctc: false`), so `maskctc` "
+                          "runs it outside what it learned; it is listed for completeness."]
     figures = Path("docs/figures")
     for png in sorted(exp.glob("*.png")):  # experiment folders are not committed: copy the figures
         target = figures / f"{recipe.name}_{exp.name}_{png.name}"
