@@ -32,8 +32,9 @@ def cpu_name() -> str:
 
 
 def read_log(exp: Path) -> list[dict]:
-    path = exp / "train_log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    from asr_transformer.plots import read_train_log  # one reader: a resumed epoch counts once
+
+    return read_train_log(exp) if (exp / "train_log.jsonl").exists() else []
 
 
 def parameters(exp: Path) -> str:

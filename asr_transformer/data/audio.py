@@ -48,6 +48,13 @@ def resample(samples: np.ndarray, orig_rate: int, new_rate: int = SAMPLE_RATE) -
     return out.numpy()
 
 
+def load_utterance(utt, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """The samples of a manifest utterance (`audio`, and for segments `offset` + `duration`)."""
+    segment = utt.offset is not None
+    return load_audio(utt.audio, offset=utt.offset or 0.0, duration=utt.duration if segment else None,
+                      sample_rate=sample_rate, allow_silent=True)
+
+
 def load_audio(
     source: str | os.PathLike | bytes,
     offset: float = 0.0,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
-from asr_transformer.data.audio import load_audio
+from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.features import fbank, num_frames, spec_augment, speed_perturb
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import Tokenizer
@@ -116,9 +116,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
         if self.cache is not None and index in self.cache:
             return self.cache[index]
         utt = self.utterances[index]
-        wave = torch.from_numpy(load_audio(utt.audio, offset=utt.offset or 0.0,
-                                           duration=utt.duration if utt.offset is not None else None,
-                                           sample_rate=self.features.sample_rate, allow_silent=True))
+        wave = torch.from_numpy(load_utterance(utt, self.features.sample_rate))
         if self.cache is not None:
             self.cache[index] = wave
         return wave

@@ -169,7 +169,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
 
     Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
     """
-    from asr_transformer.data.audio import AudioError, load_audio
+    from asr_transformer.data.audio import AudioError, load_utterance
     from asr_transformer.data.features import fbank
     from asr_transformer.data.manifest import read_manifest
     from asr_transformer.fileio import atomic_open, write_json
@@ -204,8 +204,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
             for i in batch:
                 u = utts[i]
                 try:
-                    wave = load_audio(u.audio, offset=u.offset or 0.0, duration=u.duration if u.offset is not None else None,
-                                      sample_rate=cfg.features.sample_rate, allow_silent=True)
+                    wave = load_utterance(u, cfg.features.sample_rate)
                 except AudioError as e:
                     raise DecodeError(f"{manifest}: utterance '{u.id}': {e}") from None
                 audio_seconds += len(wave) / cfg.features.sample_rate

@@ -8,6 +8,7 @@ follows the same trajectory as one that was never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -25,7 +26,7 @@ from asr_transformer.config import Config, save_config, to_dict
 from asr_transformer.data.features import CMVNAccumulator, fbank, load_cmvn, save_cmvn
 from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, filter_utterances, make_loader,
                                          utterance_frames)
-from asr_transformer.data.audio import load_audio
+from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.asr import ASRModel
@@ -60,8 +61,7 @@ def compute_cmvn(manifest, out, features=None) -> int:
     features = features or FeatureConfig()
     acc = CMVNAccumulator(features.num_mel_bins)
     for utt in track(read_manifest(manifest), description="CMVN statistics", transient=True):
-        wave = load_audio(utt.audio, offset=utt.offset or 0.0, duration=utt.duration if utt.offset is not None else None,
-                          sample_rate=features.sample_rate, allow_silent=True)
+        wave = load_utterance(utt, features.sample_rate)
         acc.add(fbank(torch.from_numpy(wave), features))
     mean, std = acc.stats()
     save_cmvn(out, mean, std, acc.frames)
@@ -290,7 +290,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                     batch = batch.to(dev)
                     prob = tc.scheduled_sampling * min(1.0, state.step / max(1, total_steps))
                     boundary = (micro + 1) % tc.accum_grad == 0 or state.batch + 1 == n_batches
-                    sync = ddp.no_sync() if dist.world > 1 and not boundary else _null()
+                    sync = ddp.no_sync() if dist.world > 1 and not boundary else contextlib.nullcontext()
                     with sync:
                         with _autocast(dev, tc.precision):
                             out = ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
@@ -384,14 +384,6 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
 
 def _out_of_time(state: Progress, max_minutes: float) -> bool:
     return max_minutes > 0 and state.elapsed >= max_minutes * 60
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _epoch_line(record: dict) -> str:
