@@ -26,6 +26,10 @@ SHAPES = {
     "large": {"preset": "large"},
     # The ESPnet2 reference: 6/3 blocks, 256-d, 4 heads, FFN 1024, conv2d x4, CTC 0.3 (10.0 M with vocab 300).
     "ref10m": {"d_model": 256, "heads": 4, "encoder_layers": 6, "decoder_layers": 3, "ffn_dim": 1024},
+    # the same shapes with a 32-channel conv front-end instead of d_model channels
+    "small_c32": {"preset": "small", "subsampling_channels": 32},
+    "ref10m_c32": {"d_model": 256, "heads": 4, "encoder_layers": 6, "decoder_layers": 3, "ffn_dim": 1024,
+                   "subsampling_channels": 32},
 }
 
 

@@ -59,9 +59,10 @@ def test_decoder_is_causal():
     assert not torch.allclose(a[:, 0], b[:, 0])
 
 
-@pytest.mark.parametrize("pre_norm", [True, False])
-def test_padding_invariance(pre_norm):
-    m = model(pre_norm=pre_norm).eval()
+@pytest.mark.parametrize("changes", [dict(pre_norm=True), dict(pre_norm=False), dict(conv_kernel=7),
+                                     dict(utterance_cmn=True)])
+def test_padding_invariance(changes):
+    m = model(**changes).eval()
     feats, lens, tokens, token_lens = batch(lengths=(61, 33), token_lens=(5, 2))
     with torch.no_grad():
         enc, enc_lens = m.encode(feats, lens)
@@ -75,6 +76,19 @@ def test_padding_invariance(pre_norm):
     torch.testing.assert_close(m.ctc_log_probs(enc)[1:, :n], m.ctc_log_probs(enc1), atol=1e-5, rtol=1e-5)
     for key in ("loss", "loss_ctc", "loss_att"):  # batch losses are sums divided by the batch size
         torch.testing.assert_close(2 * batch_loss[key], alone[0][key] + alone[1][key], atol=1e-4, rtol=1e-5)
+
+
+def test_utterance_cmn_removes_a_per_utterance_offset():
+    """A channel gain (a constant added to every log-mel frame of one utterance) changes nothing."""
+    m = model(utterance_cmn=True).eval()
+    feats, lens, _, _ = batch(lengths=(61, 33))
+    shifted = feats.clone()
+    shifted[0] += 3.0
+    shifted[1, :33] -= 2.0  # padding keeps its values: only real frames enter the mean
+    with torch.no_grad():
+        torch.testing.assert_close(m.encode(shifted, lens)[0], m.encode(feats, lens)[0], atol=1e-4, rtol=1e-4)
+        plain = model(utterance_cmn=False).eval()
+        assert not torch.allclose(plain.encode(shifted, lens)[0], plain.encode(feats, lens)[0], atol=1e-3)
 
 
 def test_incremental_step_equals_full_pass():
@@ -126,7 +140,8 @@ def test_attention_weights_path_equals_fused():
 
 @pytest.mark.parametrize("changes", [dict(pre_norm=False), dict(pre_norm=True, tie_embeddings=True),
                                      dict(ctc_weight=1.0), dict(ctc_weight=0.0), dict(subsampling=6),
-                                     dict(subsampling=8)])
+                                     dict(subsampling=8), dict(conv_kernel=15),
+                                     dict(subsampling_channels=16)])
 def test_variants_train(changes):
     m = model(**changes).train()
     out = m(*batch())

@@ -66,6 +66,10 @@ class ASRModel(nn.Module):
 
     def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """feats (B, T, input_dim) raw log-mel, feat_lens (B,) → enc (B, T', D), enc_lens (B,)."""
+        if self.cfg.utterance_cmn:  # each utterance's mean over its own frames replaces the global mean
+            valid = lengths_to_mask(feat_lens, feats.size(1)).unsqueeze(-1)
+            mean = (feats * valid).sum(1, keepdim=True) / feat_lens.clamp(min=1).view(-1, 1, 1)
+            return self.encoder((feats - mean) * self.cmvn_istd, feat_lens)
         feats = (feats - self.cmvn_mean) * self.cmvn_istd
         return self.encoder(feats, feat_lens)
 

@@ -1,4 +1,9 @@
-"""The encoder: conv2d subsampling → positional encoding → N × [self-attention, feed-forward]."""
+"""The encoder: conv2d subsampling → positional encoding → N × [self-attention, feed-forward].
+
+With ``conv_kernel > 0`` each block is a Conformer block (Gulati et al. 2020): half-step FFN,
+self-attention, a depthwise convolution module, half-step FFN, LayerNorm. The convolution gives
+every frame its neighbours directly, which on small data makes the encoder learn much faster.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,11 @@ from asr_transformer.model.mask import lengths_to_mask
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward: Linear → ReLU → dropout → Linear. (B, T, D) → (B, T, D)."""
+    """Position-wise feed-forward: Linear → ReLU (or Swish) → dropout → Linear. (B, T, D) → (B, T, D)."""
 
-    def __init__(self, d_model: int, ffn_dim: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float = 0.0, activation: type[nn.Module] = nn.ReLU):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), activation(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -47,18 +52,71 @@ class EncoderLayer(nn.Module):
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 
+class ConvModule(nn.Module):
+    """Conformer convolution: pointwise → GLU → depthwise conv → LayerNorm → Swish → pointwise.
+
+    LayerNorm rather than the paper's BatchNorm, so an utterance's output never depends on the
+    others in its batch; padded frames are zeroed before the depthwise convolution.
+    """
+
+    def __init__(self, d_model: int, kernel: int, dropout: float = 0.0):
+        super().__init__()
+        if kernel % 2 == 0:
+            raise ValueError(f"conv_kernel must be odd, got {kernel}")
+        self.pointwise_in = nn.Linear(d_model, 2 * d_model)
+        self.depthwise = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.pointwise_out = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D), valid (B, T, 1) bool → (B, T, D)."""
+        h = nn.functional.glu(self.pointwise_in(x), dim=-1).masked_fill(~valid, 0.0)
+        h = self.depthwise(h.transpose(1, 2)).transpose(1, 2)
+        h = nn.functional.silu(self.norm(h))
+        return self.dropout(self.pointwise_out(h))
+
+
+class ConformerLayer(nn.Module):
+    """x + ½FFN(LN x) → + MHSA(LN x) → + Conv(LN x) → + ½FFN(LN x) → LN. (B, T, D) → (B, T, D)."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, kernel: int, dropout: float = 0.1,
+                 attention_dropout: float = 0.0):
+        super().__init__()
+        self.ffn_in = FeedForward(d_model, ffn_dim, dropout, nn.SiLU)
+        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
+        self.conv = ConvModule(d_model, kernel, dropout)
+        self.ffn_out = FeedForward(d_model, ffn_dim, dropout, nn.SiLU)
+        self.norm_ffn_in, self.norm_attn, self.norm_conv, self.norm_ffn_out, self.norm_final = (
+            nn.LayerNorm(d_model) for _ in range(5))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D), mask (B, 1, T) key-padding mask → (B, T, D)."""
+        x = x + 0.5 * self.dropout(self.ffn_in(self.norm_ffn_in(x)))
+        h = self.norm_attn(x)
+        x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+        x = x + self.conv(self.norm_conv(x), mask.transpose(1, 2))
+        x = x + 0.5 * self.dropout(self.ffn_out(self.norm_ffn_out(x)))
+        return self.norm_final(x)
+
+
 class Encoder(nn.Module):
     """Features (B, T, F) → encoder output (B, T', D), T' ≈ T / cfg.subsampling."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.subsampling = Conv2dSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling)
+        self.subsampling = Conv2dSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling, cfg.subsampling_channels)
         self.pos = PositionalEncoding(cfg.d_model, cfg.dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.pre_norm)
-            for _ in range(cfg.encoder_layers)
-        )
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
+        if cfg.conv_kernel > 0:
+            self.layers = nn.ModuleList(
+                ConformerLayer(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.conv_kernel, cfg.dropout, cfg.attention_dropout)
+                for _ in range(cfg.encoder_layers))
+        else:
+            self.layers = nn.ModuleList(
+                EncoderLayer(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.pre_norm)
+                for _ in range(cfg.encoder_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm or cfg.conv_kernel > 0 else nn.Identity()
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """feats (B, T, F), lengths (B,) → enc (B, T', D), enc_lens (B,).

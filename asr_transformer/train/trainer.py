@@ -283,6 +283,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             n_batches = len(sampler.batches(state.epoch))
             micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
             frames_done = 0
+            norms: list[float] = []  # gradient norms before clipping, this process's steps of the epoch
             with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
                 task = bar.add_task(f"epoch {state.epoch + 1}/{tc.max_epochs}", total=n_batches,
                                     completed=state.batch, info="")
@@ -308,6 +309,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                         scaler.unscale_(optimizer)
                         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad)
                         if torch.isfinite(norm):
+                            norms.append(float(norm))
                             for group in optimizer.param_groups:
                                 group["lr"] = warmup_inverse_sqrt(state.step + 1, tc.lr, warmup)
                             scaler.step(optimizer)
@@ -330,6 +332,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                     if writer is not None and state.step % tc.log_interval == 0 and finite:
                         writer.add_scalar("train/loss", float(loss), state.step)
                         writer.add_scalar("train/lr", lr, state.step)
+                        if norms:
+                            writer.add_scalar("train/grad_norm", norms[-1], state.step)
                     at_boundary = micro == 0
                     due = (time.monotonic() - last_save) >= tc.checkpoint_minutes * 60
                     interrupted = stop["signal"] is not None or (
@@ -350,6 +354,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             if dist.main:
                 record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": state.epoch_loss / max(1, state.epoch_batches),
                           "lr": optimizer.param_groups[0]["lr"], "skipped_steps": state.skipped,
+                          "grad_norm": sum(norms) / max(1, len(norms)),
+                          "clipped": sum(n > tc.clip_grad for n in norms) / max(1, len(norms)),
                           "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2),
                           "audio_seconds_per_second": round(frames_done * cfg.features.frame_shift_ms / 1000
                                                             / max(1e-9, epoch_seconds), 2), **metrics}
