@@ -10,6 +10,7 @@ UNIT    ?= unigram
 VOCAB   ?= 256
 MODES   ?= greedy,beam,joint,ctc,maskctc,rescore
 BEAM    ?= 10
+CTC_WEIGHT ?= 0.3
 AVERAGE ?= --best 5 --by valid_loss
 THREADS ?= 0
 TRAIN_ARGS ?=
@@ -34,7 +35,7 @@ $(EXP)/model.pt: $(EXP)/train.done
 
 decode: $(EXP)/decode_$(TEST)/done
 $(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
-	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(MODES) --beam $(BEAM) --threads $(THREADS) \
+	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(MODES) --beam $(BEAM) --ctc-weight $(CTC_WEIGHT) --threads $(THREADS) \
 		--out $(EXP)/decode_$(TEST) --no-score
 	touch $@
 

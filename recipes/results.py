@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 
@@ -44,6 +45,17 @@ def parameters(exp: Path) -> str:
     return f"{model.count_parameters() / 1e6:.2f} M"
 
 
+def averaging(exp: Path) -> str | None:
+    """`--best N --by M` (or `--last N`) as `asr average` recorded it in the package."""
+    from asr_transformer.train.checkpoint import load_checkpoint
+
+    info = load_checkpoint(exp / "model.pt", format="asr-model").get("info") or {}
+    if "averaged" not in info:
+        return None
+    n = len(info["averaged"])
+    return f"--last {n}" if info.get("by") == "last" else f"--best {n} --by {info['by']}"
+
+
 def decode_rows(decode_dir: Path) -> list[str]:
     dirs = [decode_dir] if (decode_dir / "result.json").exists() else sorted(
         p.parent for p in decode_dir.glob("*/result.json"))
@@ -57,22 +69,67 @@ def decode_rows(decode_dir: Path) -> list[str]:
     return rows
 
 
-def section(recipe: Path, exp: Path, command: str) -> str:
+def makefile_default(recipe: Path, variable: str) -> str | None:
+    """The whole `VAR ?= a b c` default value of a recipe's Makefile (or common.mk's), or None."""
+    for makefile in (recipe / "Makefile", recipe.parent / "common.mk"):
+        match = re.search(rf"^{variable}\s*\?=\s*(.+)$", makefile.read_text(), re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def reproduce_command(recipe: Path, exp: Path) -> str:
+    """`make -C recipes/<corpus>` plus CONF/EXP/CTC_WEIGHT where the run differs from the Makefile's defaults."""
+    name = exp.relative_to(recipe).as_posix()
+    args = [] if makefile_default(recipe, "EXP") == name else [f"CONF=conf/{exp.name}.yaml", f"EXP={name}"]
+    average = averaging(exp)
+    if average and average != makefile_default(recipe, "AVERAGE"):
+        args.append(f'AVERAGE="{average}"')
+    weights = {json.loads(p.read_text()).get("options", {}).get("ctc_weight") for p in exp.glob("decode_*/*/rtf.json")}
+    weights.discard(None)
+    default = makefile_default(recipe, "CTC_WEIGHT")
+    if len(weights) == 1 and float(next(iter(weights))) != float(default):
+        args.append(f"CTC_WEIGHT={next(iter(weights))}")
+    return " ".join([f"make -C recipes/{recipe.name}", *args])
+
+
+def config_notes(recipe: Path, exp: Path) -> str:
+    """The leading comment of the recipe's conf/<exp name>.yaml: why the config is what it is."""
+    conf = recipe / "conf" / f"{exp.name}.yaml"
+    if not conf.exists():
+        return ""
+    lines = []
+    for line in conf.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").rstrip())
+    return " ".join(lines)
+
+
+def section(recipe: Path, exp: Path) -> str:
     cfg = yaml.safe_load((exp / "config.yaml").read_text())
     log = read_log(exp)
     m, t = cfg["model"], cfg["train"]
     lines = [f"## {recipe.name}: `{exp.relative_to(recipe)}`", ""]
-    lines.append(f"- Reproduce: `{command}`")
-    lines.append(f"- Model: {m['encoder_layers']} encoder / {m['decoder_layers']} decoder blocks, d_model {m['d_model']}, "
-                 f"{m['heads']} heads, FFN {m['ffn_dim']}, subsampling ×{m['subsampling']}, vocabulary {m['vocab_size']}, "
-                 f"CTC weight {m['ctc_weight']}, {'pre' if m['pre_norm'] else 'post'}-LN; parameters {parameters(exp)}")
+    lines.append(f"- Reproduce: `{reproduce_command(recipe, exp)}`")
+    notes = config_notes(recipe, exp)
+    if notes:
+        lines.append(f"- Config (`conf/{exp.name}.yaml`): {notes}")
+    blocks = (f"Conformer blocks (conv kernel {m['conv_kernel']})" if m.get("conv_kernel", 0) > 0
+              else f"Transformer blocks ({'pre' if m['pre_norm'] else 'post'}-LN)")
+    lines.append(f"- Model: {m['encoder_layers']} encoder / {m['decoder_layers']} decoder blocks, {blocks}, "
+                 f"d_model {m['d_model']}, {m['heads']} heads, FFN {m['ffn_dim']}, conv front-end ×{m['subsampling']} "
+                 f"with {m.get('subsampling_channels') or m['d_model']} channels, vocabulary {m['vocab_size']}, "
+                 f"CTC weight {m['ctc_weight']}; parameters {parameters(exp)}")
     if log:
         last = log[-1]
-        best = min(log, key=lambda r: r.get("valid_loss", float("inf")))
+        metric = t.get("best_metric", "valid_loss")
+        pick = max if metric == "valid_acc" else min
+        best = pick(log, key=lambda r: r.get(metric, float("nan")))
         lines.append(f"- Training: {last['epoch']} epochs, {last['step']} steps, {last['elapsed'] / 60:.1f} min of training "
-                     f"on {cpu_name()} ({os.cpu_count()} cores), precision {t['precision']}; "
-                     f"best dev loss {best.get('valid_loss', float('nan')):.3f} (epoch {best['epoch']}), "
-                     f"dev CTC-greedy CER {best.get('valid_cer', float('nan')):.2f} %")
+                     f"on {cpu_name()} ({os.cpu_count()} cores), precision {t['precision']}; best epoch by {metric}: "
+                     f"{best['epoch']} (dev loss {best.get('valid_loss', float('nan')):.3f}, "
+                     f"dev CTC-greedy CER {best.get('valid_cer', float('nan')):.2f} %)")
     model_info = exp / "model.pt"
     lines.append(f"- Package: `{model_info.relative_to(recipe)}` (`asr average`)")
     for decode_dir in sorted(exp.glob("decode_*")):
@@ -104,7 +161,7 @@ def main() -> None:
         if not (exp / "model.pt").exists():
             print(f"skipping {exp}: no model.pt (run the recipe first)", file=sys.stderr)
             continue
-        parts.append(section(recipe, exp.resolve(), f"make -C recipes/{recipe.name}"))
+        parts.append(section(recipe, exp.resolve()))
     with atomic_open(args.out) as f:
         f.write("\n".join(parts))
     print(f"wrote {args.out}")
