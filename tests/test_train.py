@@ -1,3 +1,5 @@
+import hashlib
+import io
 import os
 import signal
 import subprocess
@@ -81,13 +83,19 @@ def test_damaged_checkpoint_is_detected_not_loaded(tone_corpus, tmp_path):
         load_checkpoint(last)
     with pytest.raises(TrainError, match="last.pt"):
         run(tone_corpus, tmp_path / "exp", ["train.max_epochs=2"])
-    # without a checksum file the archive itself is checked
+    # damage that keeps the length and the footer: the checksum catches it
     save_checkpoint(tmp_path / "x.pt", {"weights": {"w": torch.ones(1000)}})
-    (tmp_path / "x.pt.sha256").unlink()
-    raw = (tmp_path / "x.pt").read_bytes()
-    (tmp_path / "x.pt").write_bytes(raw[:-200])
-    with pytest.raises(CheckpointError, match="x.pt"):
+    raw = bytearray((tmp_path / "x.pt").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "x.pt").write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="x.pt: checksum mismatch"):
         load_checkpoint(tmp_path / "x.pt")
+    # a first-version file (checksum in a sidecar) still loads
+    buffer = io.BytesIO()
+    torch.save({"format": "asr-checkpoint", "version": 1, "w": torch.ones(3)}, buffer)
+    (tmp_path / "old.pt").write_bytes(buffer.getvalue())
+    (tmp_path / "old.pt.sha256").write_text(hashlib.sha256(buffer.getvalue()).hexdigest() + "\n")
+    assert torch.equal(load_checkpoint(tmp_path / "old.pt")["w"], torch.ones(3))
 
 
 def test_non_finite_loss_skips_the_step(tone_corpus, tmp_path, monkeypatch):

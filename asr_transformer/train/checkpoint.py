@@ -1,8 +1,10 @@
 """Checkpoints: written atomically, verified on load, never unpickling arbitrary objects.
 
 A checkpoint is a torch file holding only tensors, numbers, strings, lists and dicts, with a
-format name, a version, and a SHA-256 of its payload stored in a sidecar ``.sha256`` file, so a
-file truncated or damaged on disk is detected and not loaded.
+format name and a version, followed by a one-line footer with the SHA-256 of that payload, so a
+file truncated or damaged on disk is detected and not loaded. Payload and checksum are one file,
+written by one atomic rename: a kill at any moment leaves either the old file or the new one.
+(Files of the first version kept the checksum in a sidecar ``.sha256``; those still load.)
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from asr_transformer.fileio import atomic_open
 
 FORMAT = "asr-checkpoint"
 VERSION = 1
+FOOTER = b"\nasr-sha256:"  # + 64 hex digits + b"\n"
+FOOTER_LEN = len(FOOTER) + 65
 
 
 class CheckpointError(RuntimeError):
@@ -25,15 +29,16 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict, format: str = FORMAT) -> None:
-    """Serialize `state` and write it plus its checksum atomically (checksum last)."""
+    """Serialize `state` and write it with its checksum footer, atomically."""
     buffer = io.BytesIO()
     torch.save({"format": format, "version": VERSION, **state}, buffer)
     payload = buffer.getvalue()
     path = Path(path)
     with atomic_open(path, "wb") as f:
-        f.write(payload)
-    with atomic_open(path.with_name(path.name + ".sha256")) as f:
-        f.write(hashlib.sha256(payload).hexdigest() + "\n")
+        f.write(payload + FOOTER + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+    sidecar = path.with_name(path.name + ".sha256")
+    if sidecar.exists():  # left by a first-version file of the same name
+        sidecar.unlink()
 
 
 def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location="cpu") -> dict:
@@ -43,10 +48,15 @@ def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location=
         raise CheckpointError(f"{path}: file not found")
     payload = path.read_bytes()
     sidecar = path.with_name(path.name + ".sha256")
-    if sidecar.exists():
+    footer = payload[-FOOTER_LEN:]
+    if footer.startswith(FOOTER):
+        payload, expected = payload[:-FOOTER_LEN], footer[len(FOOTER):].strip().decode("ascii", "replace")
+    elif sidecar.exists():
         expected = sidecar.read_text().strip()
-        if hashlib.sha256(payload).hexdigest() != expected:
-            raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or damaged")
+    else:
+        raise CheckpointError(f"{path}: no checksum footer: the file is truncated or damaged")
+    if hashlib.sha256(payload).hexdigest() != expected:
+        raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or damaged")
     try:
         state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
     except Exception as e:
