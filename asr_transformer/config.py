@@ -66,7 +66,7 @@ class ModelConfig:
     subsampling_channels: int = 0  # conv channels of the front-end; 0 = d_model (ESPnet/WeNet)
     pre_norm: bool = True  # False: post-LN, the original Transformer drawing
     utterance_cmn: bool = False  # subtract each utterance's own mean (speaker/channel) before global CMVN
-    conv_kernel: int = 0  # >0: Conformer encoder blocks (macaron FFNs + depthwise conv of this width)
+    conv_kernel: int = 0  # >0: Conformer encoder blocks (macaron FFNs + depthwise conv of this width; always pre-LN)
     tie_embeddings: bool = False
     ctc_weight: float = 0.3
     label_smoothing: float = 0.1

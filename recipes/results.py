@@ -47,9 +47,10 @@ def parameters(exp: Path) -> str:
 
 def averaging(exp: Path) -> str | None:
     """`--best N --by M` (or `--last N`) as `asr average` recorded it in the package."""
+    from asr_transformer.package import FORMAT
     from asr_transformer.train.checkpoint import load_checkpoint
 
-    info = load_checkpoint(exp / "model.pt", format="asr-model").get("info") or {}
+    info = load_checkpoint(exp / "model.pt", format=FORMAT).get("info") or {}
     if "averaged" not in info:
         return None
     n = len(info["averaged"])
