@@ -20,6 +20,8 @@ prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manife
 app.add_typer(prepare_app, name="prepare")
 
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
+PRECISION_HELP = ("Encoder precision: fp32, bf16 (about 2× faster encoding on CPUs with AMX, and on GPUs) "
+                  "or fp16 (CUDA only); the decoder always runs in fp32.")
 
 
 def _echo_summary(summary: dict) -> None:
@@ -275,6 +277,7 @@ def decode(
     batch_size: int = typer.Option(16, help="Utterances decoded together."),
     device: str = typer.Option("auto"),
     threads: int = typer.Option(0),
+    precision: str = typer.Option("fp32", help=PRECISION_HELP),
     score: bool = typer.Option(True, help="Score against the manifest's texts afterwards."),
 ):
     """Decode a manifest; writes hyp.jsonl and a Kaldi `text` file, reports RTF."""
@@ -283,7 +286,7 @@ def decode(
     decode_manifest(model, manifest, out, modes=[m.strip() for m in mode.split(",") if m.strip()], beam=beam,
                     ctc_weight=ctc_weight, length_penalty=length_penalty, maskctc_iterations=maskctc_iterations,
                     maskctc_threshold=maskctc_threshold, batch_size=batch_size, device=device, threads=threads,
-                    score=score)
+                    score=score, precision=precision)
 
 
 @app.command()
@@ -316,13 +319,14 @@ def transcribe(
     ctc_weight: float = typer.Option(0.3),
     device: str = typer.Option("auto"),
     threads: int = typer.Option(0),
+    precision: str = typer.Option("fp32", help=PRECISION_HELP),
     max_segment: float = typer.Option(20.0, help="Longest segment (s) decoded at once; longer audio is split."),
 ):
     """Transcribe audio files of any length; text to stdout or files in several formats."""
     from asr_transformer.transcribe import transcribe_cli
 
     transcribe_cli(audio, model, output_dir, output_format, mode=mode, beam=beam, ctc_weight=ctc_weight,
-                   device=device, threads=threads, max_segment=max_segment)
+                   device=device, threads=threads, max_segment=max_segment, precision=precision)
 
 
 @app.command()

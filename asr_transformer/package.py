@@ -30,8 +30,15 @@ def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, wei
     }, format=FORMAT)
 
 
-def load_package(path: str | os.PathLike, device: str | torch.device = "cpu"):
-    """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error."""
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", precision: str = "fp32"):
+    """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error.
+
+    precision: the encoder's inference precision, fp32 | bf16 | fp16 (fp16 on CUDA only); see
+    `ASRModel.set_encoder_dtype`.
+    """
     from asr_transformer.model.asr import ASRModel
 
     try:
@@ -42,7 +49,19 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu"):
     tokenizer = Tokenizer.from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     model = ASRModel(cfg.model)
     model.load_state_dict(state["weights"])
-    return model.to(device).eval(), tokenizer, cfg
+    model.to(device).eval()
+    if precision != "fp32":
+        model.set_encoder_dtype(PRECISIONS[precision])
+    return model, tokenizer, cfg
+
+
+def check_precision(precision: str, device: str | torch.device) -> None:
+    """Raise ValueError naming the choices when `precision` cannot run on `device`."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision '{precision}': choose from {', '.join(PRECISIONS)}")
+    if precision == "fp16" and torch.device(device).type != "cuda":
+        raise ValueError("precision fp16 needs a CUDA device; on a CPU use bf16 (fast where the CPU has "
+                         "AMX or AVX512-BF16) or fp32")
 
 
 def _epoch_checkpoints(exp: Path) -> list[Path]:

@@ -473,7 +473,7 @@ def _pick_device(device: str):
 
 def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, output_format: str = "txt",
                    mode: str = "joint", beam: int = 10, ctc_weight: float = 0.3, device: str = "auto",
-                   threads: int = 0, max_segment: float = 20.0) -> None:
+                   threads: int = 0, max_segment: float = 20.0, precision: str = "fp32") -> None:
     """`asr transcribe`: decode each input (``-`` = stdin, named "stdin") with one loaded package.
 
     Without `output_dir`: format txt prints the plain text (one line per input; with several inputs each
@@ -501,14 +501,18 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
     import torch
 
     from asr_transformer.decode.search import MODES
-    from asr_transformer.package import load_package
+    from asr_transformer.package import check_precision, load_package
 
     if mode not in MODES:
         _fail(f"--mode {mode}: choose from {', '.join(MODES)}")
     torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
     dev = _pick_device(device)
     try:
-        asr_model, tokenizer, cfg = load_package(model, dev)
+        check_precision(precision, dev)
+    except ValueError as e:
+        _fail(f"--precision {precision}: {e}")
+    try:
+        asr_model, tokenizer, cfg = load_package(model, dev, precision)
     except Exception as e:  # damaged, foreign or incompatible file: say so, no traceback
         message = str(e)
         _fail(message if str(model) in message else f"{model}: cannot load the model package ({message})")

@@ -3,6 +3,7 @@
     python bench/decode_speed.py                          # random weights: `small` preset and the 10 M shape
     python bench/decode_speed.py --model exp/model.pt --manifest data/test.jsonl   # a trained package
     python bench/decode_speed.py --shapes 10m --modes greedy,joint --batch-sizes 1,16 --json out.json
+    python bench/decode_speed.py --precisions fp32,bf16   # the encoder in bf16 too (ASRModel.set_encoder_dtype)
 
 RTF = decoding wall time (encoder + search; features excluded) / audio seconds.
 
@@ -15,8 +16,9 @@ work of ctc_beam, rescore and maskctc; Mask-CTC then masks the tokens whose conf
 decodes real audio with its own stopping (no caps).
 
 Memory: each (shape, batch size, mode) runs in a fresh process; a thread polls the resident memory while the
-timed decoding runs: `peak MB` is the highest seen, `delta MB` that minus the resident memory just before
-decoding (what decoding itself needs: activations, caches, beams). The process's ru_maxrss is in the JSON.
+batches are decoded once, untimed (on 2 cores the polling thread slows decoding down), before the timed run:
+`peak MB` is the highest seen, `delta MB` that minus the resident memory just before decoding (what decoding
+itself needs: activations, caches, beams). The process's ru_maxrss is in the JSON.
 On CUDA the peak is torch.cuda.max_memory_allocated. `--no-isolate` runs everything in one process (faster;
 the peaks then also hold what earlier runs left cached by the allocator).
 """
@@ -162,6 +164,10 @@ def run_one(job: dict) -> dict:
         calibration = _calibrate_ctc(model, sample, torch.tensor([f.size(0) for f in feats[:4]]),
                                      job["tokens_per_second"], job["ctc_peak"])
     model.to(dev)
+    if job["precision"] != "fp32":  # after the calibration, which ran in fp32
+        from asr_transformer.package import PRECISIONS
+
+        model.set_encoder_dtype(PRECISIONS[job["precision"]])
     opts = DecodeConfig(mode=job["mode"], beam=job["beam"], ctc_weight=0.3, max_len_ratio=ratio,
                         maskctc_iterations=10, maskctc_threshold=0.99)
     order = sorted(range(len(feats)), key=lambda i: -feats[i].size(0))
@@ -176,15 +182,17 @@ def run_one(job: dict) -> dict:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
+    def decode_all() -> int:
+        return sum(len(nbest[0].tokens) for x, lens in batches for nbest in recognize(model, x, lens, opts))
+
     rss_before = _rss_mb()
-    tokens = 0
-    with _RSSSampler() as rss:
-        t0 = time.perf_counter()
-        for x, lens in batches:
-            for nbest in recognize(model, x, lens, opts):
-                tokens += len(nbest[0].tokens)
-        wall = time.perf_counter() - t0
+    with _RSSSampler() as rss:  # memory pass: the polling thread would slow a timed pass down
+        decode_all()
+    t0 = time.perf_counter()
+    tokens = decode_all()
+    wall = time.perf_counter() - t0
     result = {"shape": job.get("shape") or Path(job["model"]).name, "mode": job["mode"], "batch_size": bs,
+              "precision": job["precision"],
               "beam": job["beam"], "utterances": len(feats), "audio_seconds": round(audio, 2),
               "decode_seconds": round(wall, 4), "rtf": wall / audio, "tokens_per_second": tokens / audio,
               "threads": torch.get_num_threads(), "device": str(dev),
@@ -204,6 +212,7 @@ def main() -> None:
     p.add_argument("--shapes", default="small,10m", help="comma list of: " + ", ".join(SHAPES))
     p.add_argument("--modes", default=",".join(ALL_MODES))
     p.add_argument("--batch-sizes", default="1,16")
+    p.add_argument("--precisions", default="fp32", help="encoder precisions, comma list of fp32, bf16, fp16 (CUDA)")
     p.add_argument("--beam", type=int, default=10)
     p.add_argument("--vocab", type=int, default=5000)
     p.add_argument("--utts", type=int, default=16, help="utterances per measurement")
@@ -229,10 +238,10 @@ def main() -> None:
                 max_seconds=args.max_seconds, tokens_per_second=args.tokens_per_second, ctc_peak=args.ctc_peak, threads=args.threads,
                 device=args.device, seed=args.seed, model=args.model, manifest=args.manifest)
     shapes = [None] if args.model else args.shapes.split(",")
-    jobs = [dict(base, shape=s, batch_size=int(b), mode=m) for s in shapes for b in args.batch_sizes.split(",")
-            for m in args.modes.split(",")]
+    jobs = [dict(base, shape=s, precision=pr, batch_size=int(b), mode=m) for s in shapes
+            for pr in args.precisions.split(",") for b in args.batch_sizes.split(",") for m in args.modes.split(",")]
     results = []
-    header = f"{'shape':<8} {'batch':>5} {'mode':<9} {'RTF':>8} {'target':>7} {'tok/s':>6} {'peak MB':>8} {'delta MB':>8}"
+    header = f"{'shape':<8} {'prec':<4} {'batch':>5} {'mode':<9} {'RTF':>8} {'target':>7} {'tok/s':>6} {'peak MB':>8} {'delta MB':>8}"
     print(header + ("  cuda MB" if args.device.startswith("cuda") else ""))
     for job in jobs:
         if args.no_isolate:
@@ -241,11 +250,11 @@ def main() -> None:
             proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)], capture_output=True,
                                   text=True, cwd=ROOT)
             if proc.returncode:
-                sys.exit(f"measurement {job['shape']}/{job['mode']}/{job['batch_size']} failed:\n{proc.stderr}")
+                sys.exit(f"measurement {job['shape']}/{job['precision']}/{job['mode']}/{job['batch_size']} failed:\n{proc.stderr}")
             r = json.loads(proc.stdout.strip().splitlines()[-1])
         results.append(r)
         target = TARGETS.get(r["mode"])
-        line = (f"{r['shape']:<8} {r['batch_size']:>5} {r['mode']:<9} {r['rtf']:>8.4f} "
+        line = (f"{r['shape']:<8} {r['precision']:<4} {r['batch_size']:>5} {r['mode']:<9} {r['rtf']:>8.4f} "
                 f"{(f'{target:.2f}' if target else ''):>7} {r['tokens_per_second']:>6.1f} {r['peak_rss_mb']:>8.0f} "
                 f"{r['delta_rss_mb']:>8.0f}")
         print(line + (f" {r['cuda_peak_mb']:>8.0f}" if "cuda_peak_mb" in r else ""), flush=True)

@@ -344,6 +344,13 @@ def test_decode_manifest_end_to_end(tiny_package, tmp_path):
     assert 1 <= len(rec["nbest"]) <= 2 and rec["nbest"][0]["tokens"] == rec["tokens"]
     with pytest.raises(DecodeError, match="choose from"):
         decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "x", modes=["fast"], device="cpu", threads=1)
+    with pytest.raises(DecodeError, match="fp16 needs a CUDA device"):
+        decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "x", modes=["ctc"], device="cpu",
+                        threads=1, precision="fp16")
+    # a bf16 encoder decodes and says so
+    decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "bf16", modes=["ctc"], batch_size=2,
+                    device="cpu", threads=1, precision="bf16")
+    assert json.loads((tmp_path / "bf16" / "rtf.json").read_text())["precision"] == "bf16"
 
 
 @pytest.mark.parametrize("mode", MODES)

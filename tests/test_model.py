@@ -109,6 +109,24 @@ def test_incremental_step_equals_full_pass():
         idx = torch.tensor([1, 1, 0])
         step, _ = m.decoder_step(enc[idx], enc_mask[idx], tokens[idx, :5], [c[idx] for c in cache])
         torch.testing.assert_close(step, full[idx, 4], atol=1e-5, rtol=1e-5)
+        # the longest utterance alone has no padded frame: the step then skips the memory mask
+        assert enc_mask[:1].all()
+        cache = None
+        for t in range(1, 8):
+            step, cache = m.decoder_step(enc[:1], enc_mask[:1], tokens[:1, :t], cache)
+            torch.testing.assert_close(step, full[:1, t - 1], atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_encoder_is_close_to_fp32_and_hands_on_fp32():
+    m = model().eval()
+    feats, lens, _, _ = batch()
+    with torch.no_grad():
+        ref, ref_lens = m.encode(feats, lens)
+        m.set_encoder_dtype(torch.bfloat16)
+        enc, enc_lens = m.encode(feats, lens)
+    assert m.encoder_dtype == torch.bfloat16 and m.cmvn_mean.dtype == m.decoder.output.weight.dtype == torch.float32
+    assert enc.dtype == torch.float32 and torch.equal(enc_lens, ref_lens)
+    assert 0 < (enc - ref).abs().max() < 0.1 * ref.abs().max()  # bf16 rounding, not a different function
 
 
 @pytest.mark.parametrize("factor", [4, 6, 8])

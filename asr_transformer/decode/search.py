@@ -159,13 +159,14 @@ def _progress():
 def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10, ctc_weight: float = 0.3,
                     length_penalty: float = 0.0, maskctc_iterations: int = 10, maskctc_threshold: float = 0.99,
                     batch_size: int = 16, device: str = "auto", threads: int = 0, score: bool = True,
-                    nbest: int = 1, max_len_ratio: float | None = None, pre_beam: int | None = None) -> dict:
+                    nbest: int = 1, max_len_ratio: float | None = None, pre_beam: int | None = None,
+                    precision: str = "fp32") -> dict:
     """Decode every utterance of `manifest` with each mode in `modes`.
 
     Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
     "score"}, and "nbest" when nbest > 1), a Kaldi-style `text` file (`<id> <hyp>`, sorted by id), `rtf.json`
     (decode wall time of the batches — encoder and search, features excluded — audio seconds, RTF; feature
-    time reported apart), and with `score`, `result.txt`/`alignments.txt`/`result.json` (asr_transformer.scoring).
+    time reported apart; the encoder's `precision`), and with `score`, `result.txt`/`alignments.txt`/`result.json` (asr_transformer.scoring).
 
     Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
     """
@@ -173,7 +174,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     from asr_transformer.data.features import fbank
     from asr_transformer.data.manifest import read_manifest
     from asr_transformer.fileio import atomic_open, write_json
-    from asr_transformer.package import load_package
+    from asr_transformer.package import check_precision, load_package
     from asr_transformer.scoring import score_dir
 
     modes = check_modes(modes)
@@ -181,7 +182,11 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
         raise DecodeError(f"batch_size and beam must be ≥ 1 (got {batch_size}, {beam})")
     torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
     dev = _pick_device(device)
-    model, tokenizer, cfg = load_package(model_path, dev)
+    try:
+        check_precision(precision, dev)
+    except ValueError as e:
+        raise DecodeError(f"--precision {precision}: {e}") from None
+    model, tokenizer, cfg = load_package(model_path, dev, precision)
     base = replace(cfg.decode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
                    maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
                    nbest=max(1, min(nbest, beam)), batch_size=batch_size)
@@ -244,7 +249,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
         info = {"mode": m, "utterances": len(utts), "audio_seconds": round(audio_seconds, 3),
                 "decode_seconds": round(decode_time[m], 4), "rtf": rtf,
                 "feature_seconds": round(feature_time, 4), "feature_rtf": feature_time / max(audio_seconds, 1e-9),
-                "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size,
+                "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size, "precision": precision,
                 "options": {k: v for k, v in vars(replace(base, mode=m)).items()}}
         write_json(d / "rtf.json", info)
         summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
@@ -253,5 +258,5 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
             summary[m].update(wer=report.wer, cer=report.cer)
             print(report.summary_table(title=f"{m}  {d}"))
         print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio on {dev}, "
-              f"{torch.get_num_threads()} threads; features {feature_time:.2f} s, RTF {info['feature_rtf']:.4f})")
+              f"{torch.get_num_threads()} threads, {precision} encoder; features {feature_time:.2f} s, RTF {info['feature_rtf']:.4f})")
     return summary

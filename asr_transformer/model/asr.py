@@ -69,9 +69,26 @@ class ASRModel(nn.Module):
         if self.cfg.utterance_cmn:  # each utterance's mean over its own frames replaces the global mean
             valid = lengths_to_mask(feat_lens, feats.size(1)).unsqueeze(-1)
             mean = (feats * valid).sum(1, keepdim=True) / feat_lens.clamp(min=1).view(-1, 1, 1)
-            return self.encoder((feats - mean) * self.cmvn_istd, feat_lens)
-        feats = (feats - self.cmvn_mean) * self.cmvn_istd
-        return self.encoder(feats, feat_lens)
+            feats = (feats - mean) * self.cmvn_istd
+        else:
+            feats = (feats - self.cmvn_mean) * self.cmvn_istd
+        dtype = self.encoder_dtype
+        if dtype == torch.float32:
+            return self.encoder(feats, feat_lens)
+        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens)
+        return enc.float(), enc_lens
+
+    @property
+    def encoder_dtype(self) -> torch.dtype:
+        """The floating-point type the encoder computes in (float32 unless `set_encoder_dtype` changed it)."""
+        return next(self.encoder.parameters()).dtype
+
+    def set_encoder_dtype(self, dtype: torch.dtype) -> "ASRModel":
+        """Run the encoder in `dtype`, for inference (bfloat16: ~2× faster on CPUs with AMX, and on GPUs).
+        The CMVN statistics, CTC head and decoder stay float32 (`encode` returns float32): the decoder's
+        incremental steps are matrix-vector products, which bfloat16 makes slower on CPU, not faster."""
+        self.encoder.to(dtype)
+        return self
 
     def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
         """enc (B, T', D) → (B, T', vocab) float32 log-probabilities."""

@@ -125,9 +125,11 @@ class Decoder(nn.Module):
         else:
             start, memory = cache[0].size(1), None
             layer_caches = list(zip(cache[:M], cache[M:]))
-        mask = causal_mask(L, tokens.device)[start:].unsqueeze(0)  # (1, L - start, L)
+        # masks that would allow everything are left out (the attention then skips the masking work):
+        # one new position sees every earlier one, and a batch without padded frames needs no memory mask
+        mask = causal_mask(L, tokens.device)[start:].unsqueeze(0) if L - start > 1 else None  # (1, L - start, L)
+        memory_mask = None if bool(enc_mask.all()) else enc_mask.unsqueeze(1)
         x = self.pos(self.embed(tokens[:, start:]), offset=start)
-        memory_mask = enc_mask.unsqueeze(1)
         new_self, new_cross = [], []
         for layer, layer_cache in zip(self.layers, layer_caches):
             x, (self_kv, cross_kv) = layer(x, mask, memory, memory_mask, layer_cache)
