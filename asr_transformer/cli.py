@@ -156,13 +156,30 @@ def prepare_synthetic(
     test_utts: int = typer.Option(200, help="Test utterances (held-out voices)."),
     seed: int = typer.Option(0),
     text_file: Optional[Path] = typer.Option(None, help="Sentences to speak, one per line (default: the grammar)."),
+    share_texts: bool = typer.Option(False, help="With --text-file: every split speaks every line (the voices "
+                                                 "stay disjoint), for closed vocabularies such as digits."),
     jobs: Optional[int] = typer.Option(None, help="Worker processes (default: all cores)."),
 ):
     """Offline multi-voice synthetic speech (espeak-ng; flite voices too where installed)."""
     from asr_transformer.data.corpora import synthetic
 
     _echo_summary(synthetic.prepare(out, hours_train=hours, utts_dev=dev_utts, utts_test=test_utts, seed=seed,
-                                    text_file=text_file, jobs=jobs))
+                                    text_file=text_file, jobs=jobs, share_texts=share_texts))
+
+
+@app.command()
+def combine(
+    out: Path = typer.Argument(..., help="Manifest to write."),
+    manifests: List[Path] = typer.Argument(..., help="Manifests to concatenate."),
+):
+    """Concatenate manifests into one (utterance ids must be unique), e.g. a corpus plus synthetic speech."""
+    from asr_transformer.data.manifest import ManifestError, combine_manifests
+
+    try:
+        n = combine_manifests(manifests, out)
+    except (ManifestError, OSError) as e:
+        _fail(str(e))
+    typer.echo(f"wrote {out}: {n} utterances from {len(manifests)} manifests")
 
 
 @app.command("export-kaldi")

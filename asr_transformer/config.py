@@ -79,6 +79,7 @@ class TrainConfig:
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     warmup_steps: int = 0  # optimizer steps; 0 = scale with the data (warmup_epochs)
     warmup_epochs: float = 2.0
+    schedule: str = "noam"  # noam (inverse square root after warmup) | cosine (to 0 at the end of max_epochs)
     weight_decay: float = 0.0
     clip_grad: float = 5.0
     accum_grad: int = 1

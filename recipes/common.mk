@@ -14,6 +14,7 @@ CTC_WEIGHT ?= 0.3
 AVERAGE ?= --best 5 --by valid_loss
 THREADS ?= 0
 TRAIN_ARGS ?=
+TRAIN_SET ?= train
 TEST    ?= test
 
 .PHONY: all prepare tokenizer train average decode score plot clean
@@ -26,7 +27,7 @@ $(DATA)/tokenizer/tokenizer.json: $(DATA)/summary.json
 
 train: $(EXP)/train.done
 $(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF)
-	$(ASR) train --data $(DATA) --exp $(EXP) --config $(CONF) --threads $(THREADS) $(TRAIN_ARGS)
+	$(ASR) train --data $(DATA) --train-manifest $(TRAIN_SET).jsonl --exp $(EXP) --config $(CONF) --threads $(THREADS) $(TRAIN_ARGS)
 	touch $@
 
 average: $(EXP)/model.pt

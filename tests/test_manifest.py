@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from asr_transformer.data.manifest import ManifestError, Utterance, read_manifest, write_manifest
+from asr_transformer.data.manifest import ManifestError, Utterance, combine_manifests, read_manifest, write_manifest
 
 
 def test_round_trip_with_header_and_segments(tmp_path):
@@ -38,6 +38,19 @@ def test_invalid_json_and_duplicates(tmp_path):
     path.write_text('{"id": "a", "audio": "x", "duration": 1, "text": "t"}\n' * 2)
     with pytest.raises(ManifestError, match="bad.jsonl:2: .*duplicate id 'a'"):
         read_manifest(path)
+
+
+def test_combine_concatenates_and_refuses_a_repeated_id(tmp_path):
+    a = [Utterance("a1", "/x/a1.wav", 1.0, "one"), Utterance("a2", "/x/a2.wav", 2.0, "two")]
+    b = [Utterance("b1", "/y/b1.wav", 0.5, "three", "tts")]
+    write_manifest(tmp_path / "a.jsonl", a)
+    write_manifest(tmp_path / "b.jsonl", b)
+    assert combine_manifests([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], tmp_path / "ab.jsonl") == 3
+    assert read_manifest(tmp_path / "ab.jsonl") == a + b
+    write_manifest(tmp_path / "c.jsonl", [Utterance("a2", "/z/other.wav", 1.0, "again")])
+    with pytest.raises(ManifestError, match=r"c.jsonl: utterance 'a2' is also in .*a.jsonl"):
+        combine_manifests([tmp_path / "a.jsonl", tmp_path / "c.jsonl"], tmp_path / "ac.jsonl")
+    assert not (tmp_path / "ac.jsonl").exists()
 
 
 def test_write_is_atomic(tmp_path):

@@ -141,6 +141,20 @@ def test_text_file_input(corpora):
     assert summary["texts_disjoint"] and summary["texts"].endswith("mine.txt")
 
 
+def test_shared_texts_keep_every_line_in_every_split(tmp_path):
+    digits = "zero one two three four five six seven eight nine".split()
+    (tmp_path / "digits.txt").write_text("\n".join(digits) + "\n", encoding="utf-8")
+    summary = synthetic.prepare(tmp_path / "d", hours_train=0.006, utts_dev=10, utts_test=10, seed=0,
+                                text_file=tmp_path / "digits.txt", share_texts=True, jobs=2)
+    records = {split: _records(tmp_path / "d", split) for split in SPLITS}
+    assert len(records["train"]) >= 10
+    for split in SPLITS:  # nothing held out: each split cycles through all ten words
+        assert {u.text for u in records[split][:10]} == set(digits), split
+    speakers = {split: {u.speaker for u in records[split]} for split in SPLITS}
+    assert not speakers["dev"] & speakers["train"] and not speakers["test"] & speakers["train"]
+    assert summary["texts_disjoint"] is False
+
+
 def test_trim_silence_keeps_a_margin():
     import numpy as np
 

@@ -13,7 +13,7 @@ import torch
 from asr_transformer.config import load_config
 from asr_transformer.package import average_checkpoints, load_package
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from asr_transformer.train.schedule import warmup_inverse_sqrt
+from asr_transformer.train.schedule import learning_rate, warmup_inverse_sqrt
 from asr_transformer.train.trainer import TrainError, train
 
 TINY = ["model.preset=tiny", "data.max_frames=1500", "data.max_batch=8", "train.warmup_steps=5", "train.lr=2e-3"]
@@ -34,6 +34,16 @@ def test_schedule_warms_up_then_decays():
     assert lrs[9] == pytest.approx(1e-3) and max(lrs) == lrs[9]
     assert all(a < b for a, b in zip(lrs[:9], lrs[1:10])) and all(a > b for a, b in zip(lrs[10:], lrs[11:]))
     assert lrs[39] == pytest.approx(1e-3 * (10 / 40) ** 0.5)
+
+
+def test_cosine_schedule_warms_up_then_reaches_zero_at_the_end():
+    lrs = [learning_rate("cosine", s, 1e-3, 10, 40) for s in range(1, 46)]
+    assert lrs[9] == pytest.approx(1e-3) and max(lrs) == lrs[9]
+    assert all(a < b for a, b in zip(lrs[:9], lrs[1:10])) and all(a > b for a, b in zip(lrs[10:39], lrs[11:40]))
+    assert lrs[24] == pytest.approx(0.5e-3)  # halfway between warmup and the end
+    assert lrs[39] == pytest.approx(0.0, abs=1e-12) and lrs[44] == 0.0  # past the planned end: stays 0
+    with pytest.raises(ValueError, match="noam or cosine"):
+        learning_rate("linear", 1, 1e-3, 10, 40)
 
 
 def test_interrupted_run_resumes_to_the_same_weights(tone_corpus, tmp_path):

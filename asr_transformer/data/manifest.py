@@ -118,5 +118,19 @@ def write_manifest(path: str | os.PathLike, utterances: Iterable[Utterance]) -> 
     return n
 
 
+def combine_manifests(inputs: list[str | os.PathLike], out: str | os.PathLike) -> int:
+    """Concatenate manifests into `out` (atomically), as Kaldi's combine_data.sh: e.g. a corpus plus synthetic
+    speech for training. An utterance id found twice is an error naming both files. Returns the count."""
+    seen: dict[str, str] = {}
+    combined: list[Utterance] = []
+    for path in inputs:
+        for utt in read_manifest(path):
+            if utt.id in seen:
+                raise ManifestError(f"{path}: utterance '{utt.id}' is also in {seen[utt.id]}")
+            seen[utt.id] = str(path)
+            combined.append(utt)
+    return write_manifest(out, combined)
+
+
 def total_hours(utterances: Iterable[Utterance]) -> float:
     return sum(u.duration for u in utterances) / 3600.0

@@ -1,4 +1,5 @@
-"""Learning-rate schedule: linear warmup to a peak, then inverse square-root decay (Noam)."""
+"""Learning-rate schedules: linear warmup to a peak, then inverse square-root decay (Noam, the default) or a
+cosine decay to zero at the last planned step (for runs whose length is fixed in advance)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,25 @@ def warmup_inverse_sqrt(step: int, peak_lr: float, warmup: int) -> float:
     step = max(step, 1)
     warmup = max(warmup, 1)
     return peak_lr * min(step / warmup, math.sqrt(warmup / step))
+
+
+def warmup_cosine(step: int, peak_lr: float, warmup: int, total: int) -> float:
+    """lr at optimizer step `step` (1-based): linear warmup to `peak_lr`, then half a cosine down to 0 at step
+    `total` (and 0 after it)."""
+    step, warmup = max(step, 1), max(warmup, 1)
+    if step <= warmup:
+        return peak_lr * step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def learning_rate(schedule: str, step: int, peak_lr: float, warmup: int, total: int) -> float:
+    """lr at optimizer step `step` for `schedule` ("noam" or "cosine")."""
+    if schedule == "noam":
+        return warmup_inverse_sqrt(step, peak_lr, warmup)
+    if schedule == "cosine":
+        return warmup_cosine(step, peak_lr, warmup, total)
+    raise ValueError(f"train.schedule={schedule!r}: use noam or cosine")
 
 
 def warmup_steps(configured: int, warmup_epochs: float, steps_per_epoch: int) -> int:

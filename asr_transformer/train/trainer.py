@@ -1,4 +1,4 @@
-"""The training loop: teacher forcing + CTC, warmup/inverse-sqrt Adam, validation, checkpoints,
+"""The training loop: teacher forcing + CTC, Adam with a warmup schedule (Noam or cosine), validation, checkpoints,
 exact resume, mixed precision, gradient accumulation and DistributedDataParallel.
 
 Resume restores model, optimizer, scaler, step, epoch, the position inside the epoch and the
@@ -31,7 +31,7 @@ from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
-from asr_transformer.train.schedule import warmup_inverse_sqrt, warmup_steps
+from asr_transformer.train.schedule import learning_rate, warmup_steps
 
 
 class TrainError(RuntimeError):
@@ -240,6 +240,10 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     steps_per_epoch = max(1, math.ceil(len(sampler.batches(0)) / tc.accum_grad))
     warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, steps_per_epoch)
     total_steps = steps_per_epoch * tc.max_epochs
+    try:
+        learning_rate(tc.schedule, 1, tc.lr, warmup, total_steps)
+    except ValueError as e:
+        raise TrainError(str(e)) from None
 
     state = Progress()
     last = ckpt_dir / "last.pt"
@@ -311,7 +315,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                         if torch.isfinite(norm):
                             norms.append(float(norm))
                             for group in optimizer.param_groups:
-                                group["lr"] = warmup_inverse_sqrt(state.step + 1, tc.lr, warmup)
+                                group["lr"] = learning_rate(tc.schedule, state.step + 1, tc.lr, warmup, total_steps)
                             scaler.step(optimizer)
                             state.step += 1
                         else:

@@ -355,11 +355,13 @@ def prepare(
     seed: int = 0,
     text_file: str | os.PathLike | None = None,
     jobs: int | None = None,
+    share_texts: bool = False,
 ) -> dict:
     """Synthesize train (about `hours_train` hours), dev and test; write wavs, manifests, summary.
 
     Texts come from :mod:`asr_transformer.data.grammar` or, with `text_file`, from its lines
-    (shuffled; about a tenth each reserved for dev and test when the file has 10+ sentences).
+    (shuffled; about a tenth each reserved for dev and test when the file has 10+ sentences; with `share_texts`
+    every split speaks every line, for a closed vocabulary such as digits: the voices stay disjoint).
     Returns the summary written to ``out_dir/summary.json``.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -384,7 +386,7 @@ def prepare(
     else:
         lines = list(dict.fromkeys(grammar.read_text_file(text_file)))
         random.Random(f"textfile-{seed}").shuffle(lines)
-        k_dev, k_test = min(utts_dev, len(lines) // 10), min(utts_test, len(lines) // 10)
+        k_dev, k_test = (0, 0) if share_texts else (min(utts_dev, len(lines) // 10), min(utts_test, len(lines) // 10))
         test_lines, dev_lines = lines[:k_test] or lines, lines[k_test:k_test + k_dev] or lines
         train_lines = lines[k_test + k_dev:] or lines
         train_stream = _cycle_texts(train_lines, f"train-{seed}")
