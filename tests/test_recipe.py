@@ -34,3 +34,18 @@ def test_default_recipe_in_miniature(tmp_path):
     # a second run finds every stage complete and does nothing but print the tables again
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "asr train" not in again.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_fsdd_recipe_adds_synthetic_digits_to_training_unless_told_not_to(tmp_path):
+    def planned(*args):
+        cmd = ["make", "-n", "-C", str(ROOT / "recipes/fsdd"), "ASR=asr", f"DATA={tmp_path / 'data'}",
+               f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/fsdd", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+    steps = planned()
+    assert "asr prepare synthetic" in steps and "--text-file digits.txt --share-texts" in steps
+    assert f"asr combine {tmp_path / 'data/train_tts.jsonl'} {tmp_path / 'data/train.jsonl'}" in steps
+    assert "--train-manifest train_tts.jsonl" in steps
+    steps = planned("TTS_HOURS=0")
+    assert "asr prepare synthetic" not in steps and "--train-manifest train.jsonl" in steps
