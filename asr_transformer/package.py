@@ -41,6 +41,7 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     """
     from asr_transformer.model.asr import ASRModel
 
+    check_precision(precision, device)
     try:
         state = load_checkpoint(path, format=FORMAT)
     except CheckpointError as e:

@@ -166,7 +166,8 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
     "score"}, and "nbest" when nbest > 1), a Kaldi-style `text` file (`<id> <hyp>`, sorted by id), `rtf.json`
     (decode wall time of the batches — encoder and search, features excluded — audio seconds, RTF; feature
-    time reported apart; the encoder's `precision`), and with `score`, `result.txt`/`alignments.txt`/`result.json` (asr_transformer.scoring).
+    time reported apart; the encoder's `precision`), and with `score`, `result.txt`/`alignments.txt`/`result.json`
+    (asr_transformer.scoring).
 
     Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
     """
@@ -249,7 +250,8 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
         info = {"mode": m, "utterances": len(utts), "audio_seconds": round(audio_seconds, 3),
                 "decode_seconds": round(decode_time[m], 4), "rtf": rtf,
                 "feature_seconds": round(feature_time, 4), "feature_rtf": feature_time / max(audio_seconds, 1e-9),
-                "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size, "precision": precision,
+                "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size,
+                "precision": precision,
                 "options": {k: v for k, v in vars(replace(base, mode=m)).items()}}
         write_json(d / "rtf.json", info)
         summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
@@ -258,5 +260,6 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
             summary[m].update(wer=report.wer, cer=report.cer)
             print(report.summary_table(title=f"{m}  {d}"))
         print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio on {dev}, "
-              f"{torch.get_num_threads()} threads, {precision} encoder; features {feature_time:.2f} s, RTF {info['feature_rtf']:.4f})")
+              f"{torch.get_num_threads()} threads, {precision} encoder; features {feature_time:.2f} s, "
+              f"RTF {info['feature_rtf']:.4f})")
     return summary
