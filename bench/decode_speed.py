@@ -182,6 +182,7 @@ def run_one(job: dict) -> dict:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
+
     def decode_all() -> int:
         return sum(len(nbest[0].tokens) for x, lens in batches for nbest in recognize(model, x, lens, opts))
 
