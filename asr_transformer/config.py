@@ -46,7 +46,7 @@ class DataConfig:
     max_duration: float = 20.0
     num_workers: int = 0
     bucket_width: float = 0.1  # random jitter of lengths when bucketing (varies batches per epoch)
-    cache_audio: bool = False  # keep decoded audio in memory (small corpora: saves decoding every epoch)
+    cache_audio: bool = False  # keep features in memory (small corpora: saves decoding and fbank every epoch)
 
 
 @dataclass

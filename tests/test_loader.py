@@ -6,6 +6,7 @@ import soundfile as sf
 import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
+from asr_transformer.data.audio import AudioError
 from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, UtteranceDataset, filter_utterances,
                                          make_loader, round_up, utterance_frames)
 from asr_transformer.data.manifest import Utterance
@@ -100,3 +101,28 @@ def test_loader_batches_pad_and_augment_deterministically(corpus):
     sampler.set_epoch(1)
     other = {b.ids[0]: b.feats for b in make_loader(ds, sampler)}
     assert any(not torch.equal(other.get(b.ids[0], b.feats[:0]), b.feats) for b in first)
+
+
+def test_cached_features_are_computed_once_and_equal_fresh_ones(corpus, tmp_path):
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    aug = AugmentConfig(speed_factors=[0.9, 1.1], freq_masks=1, time_masks=1)
+    fresh = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3)
+    cached = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3, cache_audio=True)
+    first = [cached[(i, e)][1] for e in range(3) for i in range(len(kept))]
+    for u in kept:  # from here on the audio files are gone: only the cache can answer
+        (tmp_path / f"{u.id}.wav").unlink()
+    again = [cached[(i, e)][1] for e in range(3) for i in range(len(kept))]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))  # SpecAugment masks never land in the cache
+    with pytest.raises(AudioError, match="u0.wav"):
+        fresh[(0, 0)]
+    assert len(cached.cache) <= 2 * len(kept)  # one entry per (utterance, speed factor)
+
+
+def test_dither_caches_the_waveform_not_the_features(corpus):
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:2], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(dither=1.0), AugmentConfig(), seed=3, cache_audio=True)
+    a, b = ds[(0, 0)][1], ds[(0, 0)][1]
+    assert not torch.equal(a, b)  # fresh dither every time
+    assert list(ds.cache) == [(0, 0.0)]  # the waveform

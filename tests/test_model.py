@@ -220,3 +220,27 @@ def test_tiny_model_overfits():
         assert greedy_decode(m, enc, enc_lens) == targets
         assert m.ctc_greedy(enc, enc_lens) == targets
 
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_keeps_the_expectation_and_routes_gradients_through_kept_elements(p):
+    from asr_transformer.model.dropout import Dropout
+
+    torch.manual_seed(0)
+    layer = Dropout(p)
+    x = torch.full((1000, 1000), 2.0, requires_grad=True)
+    y = layer(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 3e-3
+    assert abs(y.mean().item() - 2.0) < 0.02  # kept values scaled by 1 / (1 - p)
+    assert torch.allclose(y[kept], torch.tensor(2.0 / (1 - p)))
+    y.sum().backward()
+    assert torch.equal(x.grad != 0, kept)
+    assert torch.allclose(x.grad[kept], torch.tensor(1.0 / (1 - p)))
+    rows = kept[:500].float().mean(1)  # masks of different rows are independent, not repeated
+    assert rows.std() > 0 and not torch.equal(kept[0], kept[1])
+    layer.eval()
+    assert layer(x) is x
+    torch.manual_seed(0)
+    again = Dropout(p)(x)
+    assert torch.equal(again, y)  # the seed decides the mask

@@ -96,7 +96,12 @@ def filter_utterances(
 
 
 class UtteranceDataset(torch.utils.data.Dataset):
-    """Item ``(index, epoch)`` → (id, features (T, F), token ids, normalized text)."""
+    """Item ``(index, epoch)`` → (id, features (T, F), token ids, normalized text).
+
+    With ``cache_audio`` the features of each (utterance, speed factor) are computed once and kept
+    in memory (SpecAugment is drawn afresh on top of them every epoch); with dither, which makes
+    features random, the decoded waveforms are kept instead.
+    """
 
     def __init__(self, utterances: list[Utterance], token_ids: list[list[int]], tokenizer: Tokenizer,
                  features: FeatureConfig, augment: AugmentConfig | None = None, seed: int = 0,
@@ -107,33 +112,40 @@ class UtteranceDataset(torch.utils.data.Dataset):
         self.features = features
         self.augment = augment
         self.seed = seed
-        self.cache: dict[int, torch.Tensor] | None = {} if cache_audio else None
+        self.dither = features.dither if augment is not None else 0.0
+        self.cache: dict[tuple[int, float], torch.Tensor] | None = {} if cache_audio else None
 
     def __len__(self) -> int:
         return len(self.utterances)
 
     def waveform(self, index: int) -> torch.Tensor:
-        if self.cache is not None and index in self.cache:
-            return self.cache[index]
-        utt = self.utterances[index]
-        wave = torch.from_numpy(load_utterance(utt, self.features.sample_rate))
-        if self.cache is not None:
-            self.cache[index] = wave
+        key = (index, 0.0)  # factor 0: the waveform itself
+        if self.cache is not None and key in self.cache:
+            return self.cache[key]
+        wave = torch.from_numpy(load_utterance(self.utterances[index], self.features.sample_rate))
+        if self.cache is not None and self.dither > 0:
+            self.cache[key] = wave
         return wave
+
+    def feats(self, index: int, factor: float = 1.0) -> torch.Tensor:
+        """Filterbank features (T, F) of utterance `index` played `factor`× faster."""
+        key = (index, factor)
+        if self.cache is not None and key in self.cache:
+            return self.cache[key]
+        feats = fbank(speed_perturb(self.waveform(index), factor), self.features, dither=self.dither)
+        if self.cache is not None and self.dither == 0:
+            self.cache[key] = feats
+        return feats
 
     def __getitem__(self, key: tuple[int, int]):
         index, epoch = key
-        wave = self.waveform(index)
-        feats_dither = 0.0
-        if self.augment is not None:
+        if self.augment is None:
+            feats = self.feats(index)
+        else:
             rng = torch.Generator().manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
             factor = self.augment.speed_factors[
                 int(torch.randint(len(self.augment.speed_factors), (1,), generator=rng))]
-            wave = speed_perturb(wave, factor)
-            feats_dither = self.features.dither
-        feats = fbank(wave, self.features, dither=feats_dither)
-        if self.augment is not None:
-            feats = spec_augment(feats, self.augment, rng)
+            feats = spec_augment(self.feats(index, factor), self.augment, rng)
         utt = self.utterances[index]
         return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text)
 

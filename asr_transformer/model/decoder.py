@@ -9,6 +9,7 @@ from torch import nn
 
 from asr_transformer.config import ModelConfig
 from asr_transformer.model.attention import MultiHeadAttention
+from asr_transformer.model.dropout import Dropout
 from asr_transformer.model.embedding import PositionalEncoding
 from asr_transformer.model.encoder import FeedForward
 from asr_transformer.model.mask import causal_mask, lengths_to_mask
@@ -27,7 +28,7 @@ class DecoderLayer(nn.Module):
         self.src_attn = MultiHeadAttention(d_model, heads, attention_dropout)
         self.ffn = FeedForward(d_model, ffn_dim, dropout)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor | None,

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from asr_transformer.model.dropout import Dropout
 from asr_transformer.model.mask import lengths_to_mask
 
 
@@ -19,7 +20,7 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 5000):
         super().__init__()
         self.d_model, self.xscale = d_model, math.sqrt(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.register_buffer("pe", self._table(max_len), persistent=False)
 
     def _table(self, length: int) -> torch.Tensor:
@@ -70,7 +71,7 @@ class Conv2dSubsampling(nn.Module):
         width = channels or d_model
         convs, channels, freq = [], 1, idim
         for kernel, stride in self.layers:
-            convs += [nn.Conv2d(channels, width, kernel, stride), nn.ReLU()]
+            convs += [nn.Conv2d(channels, width, kernel, stride), nn.ReLU(inplace=True)]
             channels, freq = width, (freq - kernel) // stride + 1
         if freq < 1:
             raise ValueError(f"input_dim={idim} is too small for subsampling {factor}")

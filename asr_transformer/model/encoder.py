@@ -12,6 +12,7 @@ from torch import nn
 
 from asr_transformer.config import ModelConfig
 from asr_transformer.model.attention import MultiHeadAttention
+from asr_transformer.model.dropout import Dropout
 from asr_transformer.model.embedding import Conv2dSubsampling, PositionalEncoding
 from asr_transformer.model.mask import lengths_to_mask
 
@@ -21,7 +22,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, ffn_dim: int, dropout: float = 0.0, activation: type[nn.Module] = nn.ReLU):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), activation(), nn.Dropout(dropout), nn.Linear(ffn_dim, d_model))
+        # in place: saves writing a (B, T, ffn_dim) tensor (the Linear's output is not needed for backward)
+        act = nn.ReLU(inplace=True) if activation is nn.ReLU else activation()
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), act, Dropout(dropout), nn.Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -39,7 +42,7 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
         self.ffn = FeedForward(d_model, ffn_dim, dropout)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -67,7 +70,7 @@ class ConvModule(nn.Module):
         self.depthwise = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=d_model)
         self.norm = nn.LayerNorm(d_model)
         self.pointwise_out = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """x (B, T, D), valid (B, T, 1) bool → (B, T, D)."""
@@ -89,7 +92,7 @@ class ConformerLayer(nn.Module):
         self.ffn_out = FeedForward(d_model, ffn_dim, dropout, nn.SiLU)
         self.norm_ffn_in, self.norm_attn, self.norm_conv, self.norm_ffn_out, self.norm_final = (
             nn.LayerNorm(d_model) for _ in range(5))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (B, T, D), mask (B, 1, T) key-padding mask → (B, T, D)."""

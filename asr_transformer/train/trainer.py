@@ -234,8 +234,9 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     model.set_cmvn(mean, std)
     model.to(dev)
     say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device {dev}")
+    # fused: one kernel over all parameters instead of ~8 small ops per tensor (9 % of a CPU step)
     optimizer = torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
-                                 weight_decay=tc.weight_decay)
+                                 weight_decay=tc.weight_decay, fused=dev.type in ("cpu", "cuda"))
     scaler = torch.amp.GradScaler(dev.type, enabled=tc.precision == "fp16")
     steps_per_epoch = max(1, math.ceil(len(sampler.batches(0)) / tc.accum_grad))
     warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, steps_per_epoch)
