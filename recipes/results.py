@@ -137,7 +137,7 @@ def section(recipe: Path, exp: Path) -> str:
         lines += ["", f"Decoding `{decode_dir.name}`:", "",
                   "| mode | CER % | WER % | SER % | RTF | threads |", "|---|---|---|---|---|---|"]
         lines += decode_rows(decode_dir)
-        if not t.get("mask_ctc"):
+        if not t.get("mask_ctc") and (decode_dir / "maskctc").is_dir():
             lines += ["", "The decoder was trained autoregressively only (`train.mask_ctc: false`), so `maskctc` "
                           "runs it outside what it learned; it is listed for completeness."]
     figures = Path("docs/figures")
