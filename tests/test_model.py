@@ -244,3 +244,15 @@ def test_dropout_keeps_the_expectation_and_routes_gradients_through_kept_element
     torch.manual_seed(0)
     again = Dropout(p)(x)
     assert torch.equal(again, y)  # the seed decides the mask
+
+
+def test_dropout_edges():
+    from asr_transformer.model.dropout import Dropout
+
+    torch.manual_seed(0)  # F.dropout at p = 1 - 1e-7 keeps an element once in 10⁷: fixed draws
+    x = torch.ones(64, 64)
+    assert torch.equal(Dropout(1.0)(x), torch.zeros_like(x))
+    assert torch.equal(Dropout(1 - 1e-7)(x), torch.zeros_like(x))  # rounds to "keep nothing", no 1/0
+    assert torch.equal(Dropout(1e-7)(x), x)  # rounds to "keep everything"
+    with pytest.raises(ValueError, match="dropout probability"):
+        Dropout(1.5)
