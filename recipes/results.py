@@ -136,8 +136,9 @@ def section(recipe: Path, exp: Path) -> str:
     for decode_dir in sorted(exp.glob("decode_*")):
         lines += ["", f"Decoding `{decode_dir.name}`:", "",
                   "| mode | CER % | WER % | SER % | RTF | threads |", "|---|---|---|---|---|---|"]
-        lines += decode_rows(decode_dir)
-        if not t.get("mask_ctc") and (decode_dir / "maskctc").is_dir():
+        rows = decode_rows(decode_dir)
+        lines += rows
+        if not t.get("mask_ctc") and any(row.startswith("| maskctc |") for row in rows):
             lines += ["", "The decoder was trained autoregressively only (`train.mask_ctc: false`), so `maskctc` "
                           "runs it outside what it learned; it is listed for completeness."]
     figures = Path("docs/figures")
