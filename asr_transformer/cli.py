@@ -125,7 +125,8 @@ def prepare_fsdd(
     source: Optional[Path] = typer.Option(None, help="FSDD folder holding recordings/ (downloads when absent)."),
     split: str = typer.Option("speaker", help="speaker: hold out whole speakers; index: recordings 0-4 are test."),
     test_speaker: str = typer.Option("theo"),
-    dev_speaker: str = typer.Option("jackson"),
+    dev_speaker: str = typer.Option("jackson", help='"" = no dev speaker: every other speaker trains, dev is '
+                                    "their recordings 0-4."),
 ):
     """Free Spoken Digit Dataset."""
     from asr_transformer.data.corpora import fsdd

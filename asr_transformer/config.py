@@ -75,7 +75,9 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     max_epochs: int = 50
-    max_minutes: float = 0.0  # stop after the first epoch that ends past this much training time; 0 = no limit
+    # training-time budget (0 = none): after each epoch the plan shrinks to the epochs that fit in it at the last
+    # epoch's pace (the cosine schedule then still anneals to 0), and training stops once an epoch ends past it
+    max_minutes: float = 0.0
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     warmup_steps: int = 0  # optimizer steps; 0 = scale with the data (warmup_epochs)
     warmup_epochs: float = 2.0

@@ -504,6 +504,16 @@ def test_fsdd_prepare_by_speaker(tmp_path):
         fsdd.prepare(tmp_path / "fsdd", tmp_path / "out", test_speaker="yweweler")
 
 
+def test_fsdd_without_a_dev_speaker_validates_on_the_training_speakers_first_recordings(tmp_path):
+    make_fsdd(tmp_path / "fsdd")
+    fsdd.prepare(tmp_path / "fsdd", tmp_path / "out", dev_speaker="")
+    splits = manifests(tmp_path / "out")
+    assert speakers(splits["test"]) == {"theo"} and len(splits["test"]) == 24  # all of theo's recordings
+    assert speakers(splits["train"]) == speakers(splits["dev"]) == {"george", "jackson", "nicolas"}
+    index = {k: {int(u.id.split("_")[2]) for u in v} for k, v in splits.items() if k != "test"}
+    assert index == {"dev": set(range(5)), "train": set(range(5, 12))}
+
+
 def test_fsdd_prepare_by_index(tmp_path):
     make_fsdd(tmp_path / "fsdd")
     fsdd.prepare(tmp_path / "fsdd" / "recordings", tmp_path / "out", split="index")

@@ -13,7 +13,7 @@ import torch
 from asr_transformer.config import load_config
 from asr_transformer.package import average_checkpoints, load_package
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from asr_transformer.train.schedule import learning_rate, warmup_inverse_sqrt
+from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_inverse_sqrt
 from asr_transformer.train.trainer import TrainError, train
 
 TINY = ["model.preset=tiny", "data.max_frames=1500", "data.max_batch=8", "train.warmup_steps=5", "train.lr=2e-3"]
@@ -44,6 +44,33 @@ def test_cosine_schedule_warms_up_then_reaches_zero_at_the_end():
     assert lrs[39] == pytest.approx(0.0, abs=1e-12) and lrs[44] == 0.0  # past the planned end: stays 0
     with pytest.raises(ValueError, match="noam or cosine"):
         learning_rate("linear", 1, 1e-3, 10, 40)
+
+
+def test_time_budget_plans_the_epochs_that_fit():
+    assert epochs_that_fit(1, 20, 60.0, 0.0, 60.0) == 20  # no budget: max_epochs
+    assert epochs_that_fit(1, 20, 60.0, 600.0, 60.0) == 10  # 9 more of 60 s fit in the 540 s left
+    assert epochs_that_fit(1, 8, 60.0, 600.0, 60.0) == 8  # never more than max_epochs
+    assert epochs_that_fit(3, 20, 300.0, 345.0, 50.0) == 4  # 0.9 of an epoch left: one more, ending 5 s over
+    assert epochs_that_fit(3, 20, 300.0, 335.0, 50.0) == 3  # 0.7 left: stop now
+    assert epochs_that_fit(3, 20, 400.0, 335.0, 50.0) == 3  # already over: never fewer than done
+
+
+def test_time_budget_shrinks_the_plan_and_the_cosine_still_reaches_zero(tone_corpus, tmp_path, monkeypatch):
+    import asr_transformer.train.trainer as trainer
+
+    calls = []
+
+    def fit_two(done, max_epochs, elapsed, budget, epoch_seconds):
+        calls.append((done, max_epochs, budget))
+        return 2  # as if the measured pace fitted 2 of the 4 epochs in the budget
+
+    monkeypatch.setattr(trainer, "epochs_that_fit", fit_two)
+    args = ["train.max_epochs=4", "train.max_minutes=60", "train.schedule=cosine"]
+    state = run(tone_corpus, tmp_path / "exp", args)
+    assert state.epoch == 2 and state.planned == 2
+    assert calls == [(1, 4, 3600.0), (2, 4, 3600.0)]
+    assert state.history[0]["lr"] > 0 and state.history[-1]["lr"] == pytest.approx(0.0, abs=1e-12)
+    assert run(tone_corpus, tmp_path / "exp", args).epoch == 2  # the plan is kept in the checkpoint
 
 
 def test_interrupted_run_resumes_to_the_same_weights(tone_corpus, tmp_path):

@@ -35,6 +35,16 @@ def learning_rate(schedule: str, step: int, peak_lr: float, warmup: int, total: 
     raise ValueError(f"train.schedule={schedule!r}: use noam or cosine")
 
 
+def epochs_that_fit(done: int, max_epochs: int, elapsed: float, budget: float, epoch_seconds: float) -> int:
+    """How many epochs to plan for when training may take `budget` seconds (0 = no limit): the `done` epochs
+    so far and as many more as fit in what is left at `epoch_seconds` each (the last may run over by up to a
+    fifth of an epoch), between `done` and `max_epochs`."""
+    if budget <= 0:
+        return max_epochs
+    more = math.floor((budget - elapsed) / max(epoch_seconds, 1e-9) + 0.2)
+    return max(done, min(max_epochs, done + more))
+
+
 def warmup_steps(configured: int, warmup_epochs: float, steps_per_epoch: int) -> int:
     """Configured steps, or `warmup_epochs` worth of steps when 0 (warmup scales with the data)."""
     return configured if configured > 0 else max(1, round(warmup_epochs * steps_per_epoch))

@@ -31,7 +31,7 @@ from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
-from asr_transformer.train.schedule import learning_rate, warmup_steps
+from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
 
 
 class TrainError(RuntimeError):
@@ -49,6 +49,7 @@ class Progress:
     elapsed: float = 0.0  # training seconds so far
     epoch_loss: float = 0.0  # sum of this epoch's finite batch losses ...
     epoch_batches: int = 0  # ... and their count
+    planned: int = 0  # epochs the schedule plans for when train.max_minutes is set (0 = train.max_epochs)
     history: list = field(default_factory=list)  # epoch metrics
 
 
@@ -240,9 +241,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     scaler = torch.amp.GradScaler(dev.type, enabled=tc.precision == "fp16")
     steps_per_epoch = max(1, math.ceil(len(sampler.batches(0)) / tc.accum_grad))
     warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, steps_per_epoch)
-    total_steps = steps_per_epoch * tc.max_epochs
     try:
-        learning_rate(tc.schedule, 1, tc.lr, warmup, total_steps)
+        learning_rate(tc.schedule, 1, tc.lr, warmup, steps_per_epoch * tc.max_epochs)
     except ValueError as e:
         raise TrainError(str(e)) from None
 
@@ -281,16 +281,22 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     writer = _tensorboard(exp) if dist.main else None
     log_path = exp / "train_log.jsonl"
     batches_run, last_save = 0, time.monotonic()
+
+    def epochs() -> int:
+        """Epochs in the plan: train.max_epochs, or fewer when train.max_minutes would not fit them."""
+        return min(tc.max_epochs, state.planned) if tc.max_minutes > 0 and state.planned else tc.max_epochs
+
     try:
-        while state.epoch < tc.max_epochs and not _out_of_time(state, tc.max_minutes):
+        while state.epoch < epochs() and not _out_of_time(state, tc.max_minutes):
             sampler.set_epoch(state.epoch, start=state.batch)
             model.train()
             n_batches = len(sampler.batches(state.epoch))
+            total_steps = steps_per_epoch * epochs()  # where the cosine schedule reaches 0
             micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
             frames_done = 0
             norms: list[float] = []  # gradient norms before clipping, this process's steps of the epoch
             with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
-                task = bar.add_task(f"epoch {state.epoch + 1}/{tc.max_epochs}", total=n_batches,
+                task = bar.add_task(f"epoch {state.epoch + 1}/{epochs()}", total=n_batches,
                                     completed=state.batch, info="")
                 for batch in train_loader:
                     batch = batch.to(dev)
@@ -369,6 +375,13 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                 _prune(ckpt_dir, state.history, tc.keep_best, tc.best_metric)
             state.epoch += 1
             state.batch, state.epoch_loss, state.epoch_batches = 0, 0.0, 0
+            if tc.max_minutes > 0:  # re-plan so that the schedule ends (cosine: anneals) inside the time budget
+                before = epochs()
+                state.planned = epochs_that_fit(state.epoch, tc.max_epochs, state.elapsed, tc.max_minutes * 60,
+                                                epoch_seconds)
+                if epochs() != before:
+                    say(f"{epochs()} of train.max_epochs={tc.max_epochs} epochs fit in train.max_minutes="
+                        f"{tc.max_minutes:g} at {epoch_seconds:.0f} s per epoch: the schedule now ends there")
             save_last()
             last_save = time.monotonic()
             if dist.main:
@@ -382,8 +395,9 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             if stop["signal"] is not None:
                 say("stopped after the epoch; re-run the same command to resume")
                 return state
-        if _out_of_time(state, tc.max_minutes):
-            say(f"training time limit reached: {state.elapsed / 60:.1f} min ≥ train.max_minutes={tc.max_minutes:g}")
+        if tc.max_minutes > 0 and state.epoch < tc.max_epochs:
+            say(f"training time limit: {state.epoch} of train.max_epochs={tc.max_epochs} epochs in "
+                f"{state.elapsed / 60:.1f} min (train.max_minutes={tc.max_minutes:g})")
         return state
     finally:
         for s, handler in old_handlers.items():

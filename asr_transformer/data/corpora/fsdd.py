@@ -7,7 +7,9 @@ Layout (`source` may be the dataset folder or its `recordings` folder)::
 The transcript is the digit's English word (0 → "zero" ... 9 → "nine"); the id is the file
 name without extension. Splits:
 
-- `split="speaker"` (default): test = `test_speaker`, dev = `dev_speaker`, train = the others.
+- `split="speaker"` (default): test = `test_speaker`, dev = `dev_speaker`, train = the others. With no
+  `dev_speaker` (""), every speaker but the test one trains, and dev is their recordings 0-4 (the
+  dataset's conventional test indices), so no speaker is spent on validation alone.
 - `split="index"`: the dataset's convention, index 0-4 test and 5-49 train, with dev taken out
   of train as index 5-9 (so train is 10-49).
 """
@@ -70,13 +72,14 @@ def prepare(
     if split == "speaker":
         speakers = sorted({u.speaker for _, u in utterances})
         for role, name in (("test_speaker", test_speaker), ("dev_speaker", dev_speaker)):
-            if name not in speakers:
+            if name and name not in speakers:
                 raise CorpusError(f"{folder}: {role} '{name}' has no recordings; speakers: {', '.join(speakers)}")
         if test_speaker == dev_speaker:
             raise CorpusError(f"test_speaker and dev_speaker are both '{test_speaker}'; choose two speakers")
         role_of = {test_speaker: "test", dev_speaker: "dev"}
-        for _, u in utterances:
-            splits[role_of.get(u.speaker, "train")].append(u)
+        for index, u in utterances:
+            role = role_of.get(u.speaker) or ("train" if dev_speaker or index >= 5 else "dev")
+            splits[role].append(u)
     else:
         for index, u in utterances:
             splits["test" if index < 5 else "dev" if index < 10 else "train"].append(u)
