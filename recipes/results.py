@@ -79,8 +79,28 @@ def makefile_default(recipe: Path, variable: str) -> str | None:
     return None
 
 
+RUNTIME_KEYS = {("model", "vocab_size"), ("model", "input_dim")}  # filled in by `asr train`, not configured
+
+
+def config_overrides(recipe: Path, exp: Path) -> list[str]:
+    """`section.key=value` for each setting the run (its config.yaml) had that its conf file does not give."""
+    from asr_transformer.config import load_config, to_dict
+
+    conf = recipe / "conf" / f"{exp.name}.yaml"
+    if not conf.exists():
+        return []
+    planned, ran = to_dict(load_config(conf)), yaml.safe_load((exp / "config.yaml").read_text())
+    overrides = []
+    for section, values in ran.items():
+        for key, value in values.items():
+            if (section, key) not in RUNTIME_KEYS and planned.get(section, {}).get(key) != value:
+                text = json.dumps(value, separators=(",", ":")) if isinstance(value, (list, bool)) else str(value)
+                overrides.append(f"{section}.{key}={text}")
+    return overrides
+
+
 def reproduce_command(recipe: Path, exp: Path) -> str:
-    """`make -C recipes/<corpus>` plus CONF/EXP/CTC_WEIGHT where the run differs from the Makefile's defaults."""
+    """`make -C recipes/<corpus>` plus CONF/EXP/CTC_WEIGHT/TRAIN_ARGS where the run differs from the defaults."""
     name = exp.relative_to(recipe).as_posix()
     args = [] if makefile_default(recipe, "EXP") == name else [f"CONF=conf/{exp.name}.yaml", f"EXP={name}"]
     average = averaging(exp)
@@ -91,6 +111,9 @@ def reproduce_command(recipe: Path, exp: Path) -> str:
     default = makefile_default(recipe, "CTC_WEIGHT")
     if len(weights) == 1 and float(next(iter(weights))) != float(default):
         args.append(f"CTC_WEIGHT={next(iter(weights))}")
+    overrides = config_overrides(recipe, exp)
+    if overrides:
+        args.append('TRAIN_ARGS="' + " ".join(f"--set {o}" for o in overrides) + '"')
     return " ".join([f"make -C recipes/{recipe.name}", *args])
 
 
@@ -127,8 +150,13 @@ def section(recipe: Path, exp: Path) -> str:
         metric = t.get("best_metric", "valid_loss")
         pick = max if metric == "valid_acc" else min
         best = pick(log, key=lambda r: r.get(metric, float("nan")))
-        lines.append(f"- Training: {last['epoch']} epochs, {last['step']} steps, {last['elapsed'] / 60:.1f} min of training "
-                     f"on {cpu_name()} ({os.cpu_count()} cores), precision {t['precision']}; best epoch by {metric}: "
+        budget = ""
+        if last["epoch"] < t.get("max_epochs", 0) and t.get("max_minutes"):
+            budget = f" (of train.max_epochs={t['max_epochs']}: what fitted in train.max_minutes={t['max_minutes']:g})"
+        rates = [r["audio_seconds_per_second"] for r in log if "audio_seconds_per_second" in r]
+        pace = f" at {sum(rates) / len(rates):.0f} audio s/s" if rates else ""
+        lines.append(f"- Training: {last['epoch']} epochs{budget}, {last['step']} steps, {last['elapsed'] / 60:.1f} min of "
+                     f"training{pace} on {cpu_name()} ({os.cpu_count()} cores), precision {t['precision']}; best epoch by {metric}: "
                      f"{best['epoch']} (dev loss {best.get('valid_loss', float('nan')):.3f}, "
                      f"dev CTC-greedy CER {best.get('valid_cer', float('nan')):.2f} %)")
     model_info = exp / "model.pt"

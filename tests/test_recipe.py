@@ -15,10 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_default_recipe_in_miniature(tmp_path):
     pytest.importorskip("espeakng_loader", reason="the synthetic corpus needs espeakng-loader")
     asr = Path(sys.executable).with_name("asr")
-    data, exp = tmp_path / "data", tmp_path / "exp"
+    # the experiment in a copy of the recipe's layout, so that recipes/results.py can report it
+    recipe = tmp_path / "recipes/synthetic"
+    shutil.copytree(ROOT / "recipes/synthetic/conf", recipe / "conf")
+    shutil.copy(ROOT / "recipes/synthetic/Makefile", recipe)
+    shutil.copy(ROOT / "recipes/common.mk", recipe.parent)
+    data, exp = tmp_path / "data", recipe / "exp/tiny"
+    # a time budget too small for the 2 epochs asked: the plan shrinks to 1
     cmd = ["make", "-C", str(ROOT / "recipes/synthetic"), f"ASR={asr}", f"DATA={data}", f"EXP={exp}",
            "CONF=conf/tiny.yaml", "HOURS=0.01", "VOCAB=40", "MODES=greedy,ctc", "BEAM=2", "THREADS=1",
-           "TRAIN_ARGS=--set data.min_duration=0.1"]
+           "TRAIN_ARGS=--set data.min_duration=0.1 --set train.max_epochs=2 --set train.max_minutes=0.0001"]
     # the grammar's dev/test sizes are options of `asr prepare synthetic`; keep them tiny here
     subprocess.run(["make", "-C", str(ROOT / "recipes/synthetic"), f"ASR={asr}", f"DATA={data}", "prepare",
                     "PREPARE_ARGS=--dev-utts 6 --test-utts 6"], check=True, capture_output=True, timeout=300)
@@ -34,6 +40,15 @@ def test_default_recipe_in_miniature(tmp_path):
     # a second run finds every stage complete and does nothing but print the tables again
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "asr train" not in again.stdout
+    report = subprocess.run([sys.executable, str(ROOT / "recipes/results.py"), str(exp), "--out", "RESULTS.md"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "## synthetic: `exp/tiny`" in text
+    assert ('- Reproduce: `make -C recipes/synthetic CONF=conf/tiny.yaml EXP=exp/tiny TRAIN_ARGS="--set '
+            'train.max_epochs=2 --set train.max_minutes=0.0001"`') in text  # data.min_duration=0.1 is the default
+    assert "1 epochs (of train.max_epochs=2: what fitted in train.max_minutes=0.0001)" in text
+    assert "| greedy |" in text and "| ctc |" in text
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
