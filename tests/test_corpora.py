@@ -502,6 +502,8 @@ def test_fsdd_prepare_by_speaker(tmp_path):
     assert sum(u.duration for u in all_utts(splits)) == pytest.approx(total)
     with pytest.raises(CorpusError, match="test_speaker 'yweweler'.*george, jackson"):
         fsdd.prepare(tmp_path / "fsdd", tmp_path / "out", test_speaker="yweweler")
+    with pytest.raises(CorpusError, match="test_speaker '' has no recordings"):  # a dev speaker may be "", not a test one
+        fsdd.prepare(tmp_path / "fsdd", tmp_path / "out", test_speaker="")
 
 
 def test_fsdd_without_a_dev_speaker_validates_on_the_training_speakers_first_recordings(tmp_path):

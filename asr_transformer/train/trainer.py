@@ -105,9 +105,9 @@ class _Distributed:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
         if self.world > 1 and not torch.distributed.is_initialized():
-            backend = "nccl" if device.type == "cuda" else "gloo"
-            torch.distributed.init_process_group(backend)
+            torch.distributed.init_process_group(self.backend)
 
     @property
     def main(self) -> bool:
@@ -116,6 +116,15 @@ class _Distributed:
     def barrier(self) -> None:
         if self.world > 1:
             torch.distributed.barrier()
+
+    def from_main(self, *values: float) -> list[float]:
+        """Rank 0's `values` on every rank, so that decisions taken from timings agree."""
+        if self.world == 1:
+            return list(values)
+        device = torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+        shared = torch.tensor(values, dtype=torch.float64, device=device)
+        torch.distributed.broadcast(shared, src=0)
+        return shared.tolist()
 
     def close(self) -> None:
         if self.world > 1 and torch.distributed.is_initialized():
@@ -358,7 +367,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                             f"re-run the same command to resume")
                         return state
             epoch_seconds = time.monotonic() - started
-            state.elapsed = elapsed_before + epoch_seconds
+            # every rank takes rank 0's clock: the time budget must stop them all after the same epoch
+            epoch_seconds, state.elapsed = dist.from_main(epoch_seconds, elapsed_before + epoch_seconds)
             if dist.main:
                 metrics = validate(model, dev_loader, tokenizer, dev, tc.precision, tc.mask_ctc)
             dist.barrier()

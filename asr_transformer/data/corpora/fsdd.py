@@ -72,7 +72,7 @@ def prepare(
     if split == "speaker":
         speakers = sorted({u.speaker for _, u in utterances})
         for role, name in (("test_speaker", test_speaker), ("dev_speaker", dev_speaker)):
-            if name and name not in speakers:
+            if (name or role == "test_speaker") and name not in speakers:
                 raise CorpusError(f"{folder}: {role} '{name}' has no recordings; speakers: {', '.join(speakers)}")
         if test_speaker == dev_speaker:
             raise CorpusError(f"test_speaker and dev_speaker are both '{test_speaker}'; choose two speakers")
