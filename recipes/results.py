@@ -82,14 +82,19 @@ def makefile_default(recipe: Path, variable: str) -> str | None:
 RUNTIME_KEYS = {("model", "vocab_size"), ("model", "input_dim")}  # filled in by `asr train`, not configured
 
 
-def config_overrides(recipe: Path, exp: Path) -> list[str]:
-    """`section.key=value` for each setting the run (its config.yaml) had that its conf file does not give."""
+def conf_file(recipe: Path, exp: Path) -> Path:
+    """The conf a recipe's experiment `exp/<name>` is trained from: `conf/<name>.yaml`."""
+    return recipe / "conf" / f"{exp.name}.yaml"
+
+
+def config_overrides(recipe: Path, exp: Path, ran: dict) -> list[str]:
+    """`section.key=value` for each setting of the run (`ran`, its config.yaml) that its conf file does not give."""
     from asr_transformer.config import load_config, to_dict
 
-    conf = recipe / "conf" / f"{exp.name}.yaml"
+    conf = conf_file(recipe, exp)
     if not conf.exists():
         return []
-    planned, ran = to_dict(load_config(conf)), yaml.safe_load((exp / "config.yaml").read_text())
+    planned = to_dict(load_config(conf))
     overrides = []
     for section, values in ran.items():
         for key, value in values.items():
@@ -99,10 +104,11 @@ def config_overrides(recipe: Path, exp: Path) -> list[str]:
     return overrides
 
 
-def reproduce_command(recipe: Path, exp: Path) -> str:
+def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
     """`make -C recipes/<corpus>` plus CONF/EXP/CTC_WEIGHT/TRAIN_ARGS where the run differs from the defaults."""
     name = exp.relative_to(recipe).as_posix()
-    args = [] if makefile_default(recipe, "EXP") == name else [f"CONF=conf/{exp.name}.yaml", f"EXP={name}"]
+    conf = conf_file(recipe, exp).relative_to(recipe).as_posix()
+    args = [] if makefile_default(recipe, "EXP") == name else [f"CONF={conf}", f"EXP={name}"]
     average = averaging(exp)
     if average and average != makefile_default(recipe, "AVERAGE"):
         args.append(f'AVERAGE="{average}"')
@@ -111,7 +117,7 @@ def reproduce_command(recipe: Path, exp: Path) -> str:
     default = makefile_default(recipe, "CTC_WEIGHT")
     if len(weights) == 1 and float(next(iter(weights))) != float(default):
         args.append(f"CTC_WEIGHT={next(iter(weights))}")
-    overrides = config_overrides(recipe, exp)
+    overrides = config_overrides(recipe, exp, ran)
     if overrides:
         args.append('TRAIN_ARGS="' + " ".join(f"--set {o}" for o in overrides) + '"')
     return " ".join([f"make -C recipes/{recipe.name}", *args])
@@ -119,7 +125,7 @@ def reproduce_command(recipe: Path, exp: Path) -> str:
 
 def config_notes(recipe: Path, exp: Path) -> str:
     """The leading comment of the recipe's conf/<exp name>.yaml: why the config is what it is."""
-    conf = recipe / "conf" / f"{exp.name}.yaml"
+    conf = conf_file(recipe, exp)
     if not conf.exists():
         return ""
     lines = []
@@ -135,7 +141,7 @@ def section(recipe: Path, exp: Path) -> str:
     log = read_log(exp)
     m, t = cfg["model"], cfg["train"]
     lines = [f"## {recipe.name}: `{exp.relative_to(recipe)}`", ""]
-    lines.append(f"- Reproduce: `{reproduce_command(recipe, exp)}`")
+    lines.append(f"- Reproduce: `{reproduce_command(recipe, exp, cfg)}`")
     notes = config_notes(recipe, exp)
     if notes:
         lines.append(f"- Config (`conf/{exp.name}.yaml`): {notes}")
