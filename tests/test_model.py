@@ -256,3 +256,23 @@ def test_dropout_edges():
     assert torch.equal(Dropout(1e-7)(x), x)  # rounds to "keep everything"
     with pytest.raises(ValueError, match="dropout probability"):
         Dropout(1.5)
+
+
+def test_conformer_depthwise_conv_equals_conv1d():
+    """The conv2d-on-a-view depthwise convolution is the module's Conv1d, values and gradients."""
+    from asr_transformer.model.encoder import ConvModule
+
+    torch.manual_seed(0)
+    module = ConvModule(d_model=12, kernel=5)
+    module.pointwise_in = torch.nn.Identity()  # feed the depthwise conv directly (GLU halves 2D → D)
+    x = torch.randn(3, 9, 24, requires_grad=True)
+    valid = torch.ones(3, 9, 1, dtype=torch.bool)
+    got = module(x, valid)
+    h = torch.nn.functional.glu(x, dim=-1)
+    h = module.depthwise(h.transpose(1, 2)).transpose(1, 2)  # the plain Conv1d formulation
+    want = module.pointwise_out(torch.nn.functional.silu(module.norm(h)))
+    torch.testing.assert_close(got, want)
+    weight_grads = [torch.autograd.grad(out.square().sum(), (x, module.depthwise.weight, module.depthwise.bias))
+                    for out in (got, want)]
+    for a, b in zip(*weight_grads):
+        torch.testing.assert_close(a, b)
