@@ -20,6 +20,7 @@ prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manife
 app.add_typer(prepare_app, name="prepare")
 
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
+LM_HELP = "ARPA n-gram LM over the model's tokens (from `asr lm`), fused in the beam, joint and rescore modes."
 PRECISION_HELP = ("Encoder precision: fp32, bf16 (about 2× faster encoding on CPUs with AMX, and on GPUs) "
                   "or fp16 (CUDA only); the decoder always runs in fp32.")
 
@@ -218,6 +219,39 @@ def tokenizer(
     typer.echo(f"{out}: {tok.model_type} tokenizer, {tok.vocab_size} tokens from {len(utts)} transcripts")
 
 
+@app.command("lm")
+def lm_(
+    texts: List[Path] = typer.Argument(..., help="Manifests (.jsonl: their texts) or text files (one sentence a line)."),
+    tokenizer_dir: Path = typer.Option(..., "--tokenizer", help="The recogniser's tokenizer directory."),
+    out: Path = typer.Option(..., "--out", "-o", help="ARPA file to write."),
+    order: int = typer.Option(4, help="n of the n-gram LM."),
+):
+    """Train a token n-gram LM (interpolated Kneser-Ney) for shallow fusion in decoding (--lm)."""
+    from asr_transformer.data.manifest import ManifestError, read_manifest
+    from asr_transformer.data.tokenizer import Tokenizer
+    from asr_transformer.decode.ngram import train_ngram
+
+    if order < 1:
+        _fail(f"--order {order}: must be at least 1")
+    tok = Tokenizer(tokenizer_dir)
+    sentences = []
+    for path in texts:
+        try:
+            if path.suffix == ".jsonl":
+                lines = [u.text for u in read_manifest(path)]
+            else:
+                lines = path.read_text(encoding="utf-8").splitlines()
+        except (ManifestError, OSError, UnicodeDecodeError) as e:
+            _fail(f"{path}: {e}" if str(path) not in str(e) else str(e))
+        sentences += [ids for ids in map(tok.encode, lines) if ids]
+    if not sentences:
+        _fail(f"no text in {', '.join(map(str, texts))}")
+    model = train_ngram(sentences, tok.vocab_size, order)
+    model.write_arpa(out, tok.pieces(range(tok.vocab_size)))
+    counts = ", ".join(f"{sum(len(w) for w in model.prob[n].values())} {n}-grams" for n in range(1, order + 1))
+    typer.echo(f"{out}: {order}-gram LM from {len(sentences)} sentences ({counts})")
+
+
 @app.command()
 def cmvn(
     manifest: Path = typer.Argument(..., help="Training manifest."),
@@ -296,15 +330,20 @@ def decode(
     device: str = typer.Option("auto"),
     threads: int = typer.Option(0),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
+    lm: Optional[Path] = typer.Option(None, help=LM_HELP),
+    lm_weight: float = typer.Option(0.5, help="Weight β of the --lm scores."),
     score: bool = typer.Option(True, help="Score against the manifest's texts afterwards."),
 ):
     """Decode a manifest; writes hyp.jsonl and a Kaldi `text` file, reports RTF."""
-    from asr_transformer.decode.search import decode_manifest
+    from asr_transformer.decode.search import DecodeError, decode_manifest
 
-    decode_manifest(model, manifest, out, modes=[m.strip() for m in mode.split(",") if m.strip()], beam=beam,
-                    ctc_weight=ctc_weight, length_penalty=length_penalty, maskctc_iterations=maskctc_iterations,
-                    maskctc_threshold=maskctc_threshold, batch_size=batch_size, device=device, threads=threads,
-                    score=score, precision=precision)
+    try:
+        decode_manifest(model, manifest, out, modes=[m.strip() for m in mode.split(",") if m.strip()], beam=beam,
+                        ctc_weight=ctc_weight, length_penalty=length_penalty, maskctc_iterations=maskctc_iterations,
+                        maskctc_threshold=maskctc_threshold, batch_size=batch_size, device=device, threads=threads,
+                        score=score, precision=precision, lm=lm, lm_weight=lm_weight)
+    except DecodeError as e:
+        _fail(str(e))
 
 
 @app.command()
@@ -339,12 +378,15 @@ def transcribe(
     threads: int = typer.Option(0),
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
     max_segment: float = typer.Option(20.0, help="Longest segment (s) decoded at once; longer audio is split."),
+    lm: Optional[Path] = typer.Option(None, help=LM_HELP),
+    lm_weight: float = typer.Option(0.5, help="Weight β of the --lm scores."),
 ):
     """Transcribe audio files of any length; text to stdout or files in several formats."""
     from asr_transformer.transcribe import transcribe_cli
 
     transcribe_cli(audio, model, output_dir, output_format, mode=mode, beam=beam, ctc_weight=ctc_weight,
-                   device=device, threads=threads, max_segment=max_segment, precision=precision)
+                   device=device, threads=threads, max_segment=max_segment, precision=precision, lm=lm,
+                   lm_weight=lm_weight)
 
 
 @app.command()

@@ -104,6 +104,7 @@ class DecodeConfig:
     max_len_ratio: float = 1.0  # max output tokens per encoder frame
     maskctc_iterations: int = 10
     maskctc_threshold: float = 0.99
+    lm_weight: float = 0.5  # β of the n-gram LM in beam, joint and rescore, when one is given (--lm)
     nbest: int = 1
     batch_size: int = 16
 

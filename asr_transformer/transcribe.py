@@ -338,7 +338,7 @@ def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_op
 # --------------------------------------------------------------------------------------- decoding
 
 
-def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device) -> list[dict]:
+def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, lm=None) -> list[dict]:
     import torch
 
     from asr_transformer.data.features import fbank
@@ -350,7 +350,7 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device) 
         feats.append(fbank(torch.from_numpy(audio).to(device), cfg.features))
     lens = torch.tensor([f.size(0) for f in feats])
     padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
-    hyps = recognize(model, padded, lens, opts)
+    hyps = recognize(model, padded, lens, opts, lm=lm)
     out = []
     for s, nbest in zip(segments, hyps):
         if not nbest:
@@ -366,7 +366,7 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device) 
 
 
 def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_segment: float = 20.0,
-               device=None, progress: ProgressCallback | None = None) -> dict:
+               device=None, progress: ProgressCallback | None = None, lm=None) -> dict:
     """Transcribe one audio file of any length.
 
     Args:
@@ -377,6 +377,7 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
         max_segment: longest segment in seconds (see the module docstring for how audio is split).
         device: where features are computed (default: the model's device).
         progress: called as progress(seconds_done, total_seconds_or_None, segments_decoded) after each batch.
+        lm: an NgramLM over the model's tokens for the beam, joint and rescore modes (weight opts.lm_weight).
     Returns:
         {"text": all segment texts joined by spaces, "segments": [{"start", "end", "text", "score"}],
          "duration": seconds}; times in seconds relative to the file, score = the hypothesis' log-prob
@@ -395,7 +396,7 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
 
     def decode(batch: list[Segment]) -> None:
         nonlocal decoded
-        results.extend(_decode_batch(model, tokenizer, cfg, batch, opts, device))
+        results.extend(_decode_batch(model, tokenizer, cfg, batch, opts, device, lm))
         decoded += len(batch)
         if progress is not None:
             progress(batch[-1].end, total, decoded)
@@ -473,7 +474,8 @@ def _pick_device(device: str):
 
 def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, output_format: str = "txt",
                    mode: str = "joint", beam: int = 10, ctc_weight: float = 0.3, device: str = "auto",
-                   threads: int = 0, max_segment: float = 20.0, precision: str = "fp32") -> None:
+                   threads: int = 0, max_segment: float = 20.0, precision: str = "fp32",
+                   lm: Path | None = None, lm_weight: float = 0.5) -> None:
     """`asr transcribe`: decode each input (``-`` = stdin, named "stdin") with one loaded package.
 
     Without `output_dir`: format txt prints the plain text (one line per input; with several inputs each
@@ -516,7 +518,15 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
     except Exception as e:  # damaged, foreign or incompatible file: say so, no traceback
         message = str(e)
         _fail(message if str(model) in message else f"{model}: cannot load the model package ({message})")
-    opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8)
+    opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8, lm_weight=lm_weight)
+    ngram = None
+    if lm is not None:
+        from asr_transformer.decode.search import DecodeError, load_lm
+
+        try:
+            ngram = load_lm(lm, tokenizer)
+        except DecodeError as e:
+            _fail(str(e))
 
     failed = 0
     basenames: dict[str, str] = {}
@@ -529,7 +539,7 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
         bar = _ProgressBar(label)
         try:
             result = transcribe(asr_model, tokenizer, cfg, source, opts, max_segment=max_segment, device=dev,
-                                progress=bar)
+                                progress=bar, lm=ngram)
         except AudioError as e:
             detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
             typer.secho(f"error: {label}: {detail}", fg="red", err=True)

@@ -16,14 +16,26 @@ THREADS ?= 0
 TRAIN_ARGS ?=
 TRAIN_SET ?= train
 TEST    ?= test
+# LM_ORDER > 0: train a token n-gram LM of that order on the training texts (`asr lm`) and decode
+# $(LM_MODES) with it again (shallow fusion, weight LM_WEIGHT, length bonus LM_LENGTH_PENALTY) into
+# $(EXP)/decode_$(TEST)_lm, beside the decoding without it.
+LM_ORDER ?= 0
+LM_WEIGHT ?= 0.3
+LM_LENGTH_PENALTY ?= 0.0
+LM_MODES ?= joint
+LM      = $(DATA)/lm_$(LM_ORDER)gram.arpa
 
-.PHONY: all prepare tokenizer train average decode score plot clean
+.PHONY: all prepare tokenizer lm train average decode score plot clean
 
 prepare: $(DATA)/summary.json
 
 tokenizer: $(DATA)/tokenizer/tokenizer.json
 $(DATA)/tokenizer/tokenizer.json: $(DATA)/summary.json
 	$(ASR) tokenizer $(DATA)/train.jsonl --out $(DATA)/tokenizer --model-type $(UNIT) --vocab-size $(VOCAB)
+
+lm: $(LM)
+$(LM): $(DATA)/tokenizer/tokenizer.json
+	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl --tokenizer $(DATA)/tokenizer --order $(LM_ORDER) --out $@
 
 train: $(EXP)/train.done
 $(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF)
@@ -40,8 +52,18 @@ $(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
 		--out $(EXP)/decode_$(TEST) --no-score
 	touch $@
 
-score: $(EXP)/decode_$(TEST)/done
+ifneq ($(LM_ORDER),0)
+decode: $(EXP)/decode_$(TEST)_lm/done
+$(EXP)/decode_$(TEST)_lm/done: $(EXP)/model.pt $(LM)
+	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(LM_MODES) --beam $(BEAM) --ctc-weight $(CTC_WEIGHT) \
+		--lm $(LM) --lm-weight $(LM_WEIGHT) --length-penalty $(LM_LENGTH_PENALTY) --threads $(THREADS) \
+		--out $(EXP)/decode_$(TEST)_lm --no-score
+	touch $@
+endif
+
+score: decode
 	$(ASR) score $(EXP)/decode_$(TEST)
+	$(if $(filter-out 0,$(LM_ORDER)),$(ASR) score $(EXP)/decode_$(TEST)_lm)
 
 plot: $(EXP)/curves.png
 $(EXP)/curves.png: $(EXP)/model.pt

@@ -65,9 +65,19 @@ def decode_rows(decode_dir: Path) -> list[str]:
         result = json.loads((d / "result.json").read_text())
         rtf = json.loads((d / "rtf.json").read_text()) if (d / "rtf.json").exists() else {}
         mode = rtf.get("mode", d.name)
+        if rtf.get("lm"):
+            options = rtf.get("options", {})
+            mode += (f" + {lm_order(rtf['lm'])}-gram LM (weight {options.get('lm_weight'):g}, "
+                     f"length bonus {options.get('length_penalty', 0.0):g})")
         rows.append(f"| {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {100 * result['ser']:.2f} | "
                     f"{rtf.get('rtf', float('nan')):.4f} | {rtf.get('threads', '')} |")
     return rows
+
+
+def lm_order(path: str) -> str:
+    """The order in an LM file name as common.mk writes it (`lm_<N>gram.arpa`), else '?'."""
+    match = re.search(r"lm_(\d+)gram\.arpa$", path)
+    return match.group(1) if match else "?"
 
 
 def makefile_default(recipe: Path, variable: str) -> str | None:
@@ -117,10 +127,26 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
     default = makefile_default(recipe, "CTC_WEIGHT")
     if len(weights) == 1 and float(next(iter(weights))) != float(default):
         args.append(f"CTC_WEIGHT={next(iter(weights))}")
+    for rtf_path in sorted(exp.glob("decode_*_lm/**/rtf.json")):  # the LM decoding's settings
+        rtf = json.loads(rtf_path.read_text())
+        options = rtf.get("options", {})
+        for variable, value in (("LM_ORDER", lm_order(rtf.get("lm") or "")), ("LM_WEIGHT", options.get("lm_weight")),
+                                ("LM_LENGTH_PENALTY", options.get("length_penalty")), ("LM_MODES", rtf.get("mode"))):
+            default = makefile_default(recipe, variable)
+            same = default == str(value) or (variable != "LM_MODES" and _number(default) == _number(value))
+            if value is not None and not same and f"{variable}=" not in " ".join(args):
+                args.append(f"{variable}={value:g}" if isinstance(value, float) else f"{variable}={value}")
     overrides = config_overrides(recipe, exp, ran)
     if overrides:
         args.append('TRAIN_ARGS="' + " ".join(f"--set {o}" for o in overrides) + '"')
     return " ".join([f"make -C recipes/{recipe.name}", *args])
+
+
+def _number(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def config_notes(recipe: Path, exp: Path) -> str:

@@ -24,6 +24,7 @@ def test_default_recipe_in_miniature(tmp_path):
     # a time budget too small for the 2 epochs asked: the plan shrinks to 1
     cmd = ["make", "-C", str(ROOT / "recipes/synthetic"), f"ASR={asr}", f"DATA={data}", f"EXP={exp}",
            "CONF=conf/tiny.yaml", "HOURS=0.01", "VOCAB=40", "MODES=greedy,ctc", "BEAM=2", "THREADS=1",
+           "LM_ORDER=2", "LM_MODES=beam", "LM_WEIGHT=0.2",
            "TRAIN_ARGS=--set data.min_duration=0.1 --set train.max_epochs=2 --set train.max_minutes=0.0001"]
     # the grammar's dev/test sizes are options of `asr prepare synthetic`; keep them tiny here
     subprocess.run(["make", "-C", str(ROOT / "recipes/synthetic"), f"ASR={asr}", f"DATA={data}", "prepare",
@@ -35,6 +36,9 @@ def test_default_recipe_in_miniature(tmp_path):
         assert 0.0 <= scores["wer"] and "utterances" in json.dumps(scores)
         assert (exp / "decode_test" / mode / "rtf.json").exists()
         assert (exp / "decode_test" / mode / "text").exists()
+    lm_run = json.loads((exp / "decode_test_lm" / "rtf.json").read_text())  # LM_MODES decoded again with the LM
+    assert lm_run["mode"] == "beam" and lm_run["lm"] == str(data / "lm_2gram.arpa")
+    assert (exp / "decode_test_lm" / "result.json").exists() and (data / "lm_2gram.arpa").exists()
     assert "WORD" in result.stdout or "Snt" in result.stdout  # the score table was printed
     assert list((exp / "transcribe").glob("*.srt"))
     # a second run finds every stage complete and does nothing but print the tables again
@@ -45,10 +49,11 @@ def test_default_recipe_in_miniature(tmp_path):
     assert report.returncode == 0, report.stderr[-3000:]
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## synthetic: `exp/tiny`" in text
-    assert ('- Reproduce: `make -C recipes/synthetic CONF=conf/tiny.yaml EXP=exp/tiny TRAIN_ARGS="--set '
-            'train.max_epochs=2 --set train.max_minutes=0.0001"`') in text  # data.min_duration=0.1 is the default
+    assert ('- Reproduce: `make -C recipes/synthetic CONF=conf/tiny.yaml EXP=exp/tiny LM_ORDER=2 LM_WEIGHT=0.2 '
+            'LM_MODES=beam TRAIN_ARGS="--set train.max_epochs=2 --set train.max_minutes=0.0001"`'
+            ) in text  # data.min_duration=0.1 is the default
     assert "1 epochs (of train.max_epochs=2: what fitted in train.max_minutes=0.0001)" in text
-    assert "| greedy |" in text and "| ctc |" in text
+    assert "| greedy |" in text and "| ctc |" in text and "| beam + 2-gram LM (weight 0.2, length bonus 0) |" in text
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

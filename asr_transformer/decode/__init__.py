@@ -1,8 +1,9 @@
 """Decoding: from encoder output to token sequences, every mode batched over utterances.
 
 Read in this order: greedy.py (autoregressive greedy) → ctc_prefix.py (CTC prefix scores, CTC prefix
-beam search) → beam.py (attention beam search, optionally joint with CTC) → maskctc.py (Mask-CTC,
-non-autoregressive) → search.py (`recognize`, one entry point for every mode; `decode_manifest`).
+beam search) → beam.py (attention beam search, optionally joint with CTC, optionally fused with an n-gram
+LM from ngram.py) → maskctc.py (Mask-CTC, non-autoregressive) → search.py (`recognize`, one entry point for
+every mode; `decode_manifest`).
 
 Every search returns, per utterance, a list of `Hypothesis` (n-best, best first).
 """

@@ -9,7 +9,8 @@ Modes and what a hypothesis' score is:
     maskctc   Mask-CTC, non-autoregressive                       Σ log(confidence of each token)
     rescore   ctc_beam's n-best rescored by the attention        λ·log P_ctc + (1−λ)·log p_att(y <eos>) + length bonus
               decoder (teacher-forced)
-λ = ctc_weight. Every mode decodes a whole batch of utterances at once.
+λ = ctc_weight. With an n-gram LM (decode/ngram.py), beam, joint and rescore add β·log p_lm(y <eos>)
+(shallow fusion, β = lm_weight). Every mode decodes a whole batch of utterances at once.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from asr_transformer.model.tokens import EOS, IGNORE_ID, PAD, SOS
 __all__ = ["MODES", "Hypothesis", "recognize", "decode_manifest", "attention_scores", "check_modes"]
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
+LM_MODES = ("beam", "joint", "rescore")  # the modes an n-gram LM takes part in
 
 
 class DecodeError(ValueError):
@@ -82,8 +84,9 @@ def attention_scores(model, enc: torch.Tensor, enc_lens: torch.Tensor, utt: torc
 
 
 def _rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weight: float,
-             length_penalty: float) -> list[list[Hypothesis]]:
-    """Rescore CTC n-best lists with the attention decoder: λ·ctc + (1−λ)·att + length_penalty·(tokens + 1)."""
+             length_penalty: float, lm=None, lm_weight: float = 0.0) -> list[list[Hypothesis]]:
+    """Rescore CTC n-best lists with the attention decoder (and an LM):
+    λ·ctc + (1−λ)·att [+ β·lm] + length_penalty·(tokens + 1)."""
     flat = [(b, h) for b, hyps in enumerate(nbest_lists) for h in hyps]
     if not flat:
         return [[Hypothesis([], float("-inf"))] for _ in nbest_lists]
@@ -91,12 +94,16 @@ def _rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weig
     out: list[list[Hypothesis]] = [[] for _ in nbest_lists]
     for (b, h), a in zip(flat, att):
         s = ctc_weight * h.score + (1.0 - ctc_weight) * a + length_penalty * (len(h.tokens) + 1)
-        out[b].append(Hypothesis(h.tokens, s, {"ctc": h.score, "att": a}))
+        parts = {"ctc": h.score, "att": a}
+        if lm is not None:
+            parts["lm"] = lm.sentence_log_prob(h.tokens)
+            s += lm_weight * parts["lm"]
+        out[b].append(Hypothesis(h.tokens, s, parts))
     return [sorted(hyps, key=lambda h: h.score, reverse=True) or [Hypothesis([], float("-inf"))] for hyps in out]
 
 
 def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
-              pre_beam: int | None = None) -> list[list[Hypothesis]]:
+              pre_beam: int | None = None, lm=None) -> list[list[Hypothesis]]:
     """Decode a batch of utterances with `opts.mode`.
 
     Args:
@@ -104,6 +111,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
         feats: (B, T, F) raw log-mel features (the model applies its CMVN); feat_lens (B,).
         opts: DecodeConfig (mode, beam, ctc_weight, length_penalty, max_len_ratio, maskctc_*, nbest).
         pre_beam: joint mode: candidates per hypothesis scored by CTC (default 1.5·beam; 0 = whole vocabulary).
+        lm: an NgramLM over the model's tokens, fused with weight opts.lm_weight in beam, joint and rescore.
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
@@ -123,7 +131,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
                 ctc = model.ctc_log_probs(enc) if mode == "joint" else None
                 return beam_search(model, enc, enc_lens, opts.beam, ctc_log_probs=ctc, ctc_weight=opts.ctc_weight,
                                    length_penalty=opts.length_penalty, max_len_ratio=opts.max_len_ratio,
-                                   nbest=nbest, pre_beam=pre_beam)
+                                   nbest=nbest, pre_beam=pre_beam, lm=lm, lm_weight=opts.lm_weight)
             ctc = model.ctc_log_probs(enc)
             if mode == "ctc":
                 return ctc_greedy(ctc, enc_lens).hypotheses()
@@ -132,12 +140,23 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
             hyps = ctc_prefix_beam_search(ctc, enc_lens, opts.beam)
             if mode == "ctc_beam":
                 return [h[:nbest] or [Hypothesis([], float("-inf"))] for h in hyps]
-            return [h[:nbest] for h in _rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty)]
+            return [h[:nbest] for h in _rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty,
+                                                lm, opts.lm_weight)]
     finally:
         model.train(was_training)
 
 
 # ------------------------------------------------------------------------------------------ manifests
+
+
+def load_lm(path: str | os.PathLike, tokenizer):
+    """Read an ARPA LM whose words are `tokenizer`'s pieces → NgramLM; a clear DecodeError otherwise."""
+    from asr_transformer.decode.ngram import NgramError, NgramLM
+
+    try:
+        return NgramLM.read_arpa(path, tokenizer.pieces(range(tokenizer.vocab_size)))
+    except (NgramError, OSError, UnicodeDecodeError) as e:
+        raise DecodeError(f"--lm: {e}") from None
 
 
 def _pick_device(device: str) -> torch.device:
@@ -160,14 +179,15 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
                     length_penalty: float = 0.0, maskctc_iterations: int = 10, maskctc_threshold: float = 0.99,
                     batch_size: int = 16, device: str = "auto", threads: int = 0, score: bool = True,
                     nbest: int = 1, max_len_ratio: float | None = None, pre_beam: int | None = None,
-                    precision: str = "fp32") -> dict:
+                    precision: str = "fp32", lm: str | os.PathLike | None = None, lm_weight: float = 0.5) -> dict:
     """Decode every utterance of `manifest` with each mode in `modes`.
 
     Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
     "score"}, and "nbest" when nbest > 1), a Kaldi-style `text` file (`<id> <hyp>`, sorted by id), `rtf.json`
     (decode wall time of the batches — encoder and search, features excluded — audio seconds, RTF; feature
     time reported apart; the encoder's `precision`), and with `score`, `result.txt`/`alignments.txt`/`result.json`
-    (asr_transformer.scoring).
+    (asr_transformer.scoring). `lm`: an ARPA n-gram LM over the model's tokens (`asr lm`), fused with weight
+    `lm_weight` in the beam, joint and rescore modes.
 
     Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
     """
@@ -188,9 +208,10 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     except ValueError as e:
         raise DecodeError(f"--precision {precision}: {e}") from None
     model, tokenizer, cfg = load_package(model_path, dev, precision)
+    ngram = load_lm(lm, tokenizer) if lm is not None else None
     base = replace(cfg.decode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
                    maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
-                   nbest=max(1, min(nbest, beam)), batch_size=batch_size)
+                   nbest=max(1, min(nbest, beam)), batch_size=batch_size, lm_weight=lm_weight)
     if max_len_ratio is not None:
         base.max_len_ratio = max_len_ratio
     utts = read_manifest(manifest)
@@ -222,7 +243,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
             feature_time += time.perf_counter() - t0
             for m in modes:
                 t0 = time.perf_counter()
-                hyps = recognize(model, padded, lens, replace(base, mode=m), pre_beam=pre_beam)
+                hyps = recognize(model, padded, lens, replace(base, mode=m), pre_beam=pre_beam, lm=ngram)
                 decode_time[m] += time.perf_counter() - t0
                 for i, h in zip(batch, hyps):
                     results[m][i] = h
@@ -251,7 +272,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
                 "decode_seconds": round(decode_time[m], 4), "rtf": rtf,
                 "feature_seconds": round(feature_time, 4), "feature_rtf": feature_time / max(audio_seconds, 1e-9),
                 "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size,
-                "precision": precision,
+                "precision": precision, "lm": str(lm) if lm is not None and m in LM_MODES else None,
                 "options": {k: v for k, v in vars(replace(base, mode=m)).items()}}
         write_json(d / "rtf.json", info)
         summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}

@@ -1,0 +1,218 @@
+"""A token n-gram language model for shallow fusion: trained on text, stored as ARPA, queried in batches.
+
+The units are the recogniser's own tokens (the tokenizer's pieces), so the LM scores exactly what the
+decoder emits; `<s>` is <sos> (only ever a context) and `</s>` is <eos>.
+
+Training is interpolated Kneser-Ney (Chen & Goodman 1998) with one discount per order,
+D = n₁ / (n₁ + 2·n₂) from the counts of counts:
+
+    p(w | h) = max(a(h w) − D, 0) / A(h)  +  γ(h) · p(w | h′),      γ(h) = D · T(h) / A(h)
+
+where h′ drops h's first token, a(·) is the raw count at the highest order and at n-grams that start
+with <s>, and the number of distinct left neighbours (the continuation count) below; A(h) sums a(h ·),
+T(h) counts the distinct tokens seen after h. The lowest order interpolates with the uniform
+distribution over every token the decoder can emit, so unseen tokens keep some probability.
+
+Written as ARPA (log10, the format SRILM and KenLM read and write), an interpolated model is a back-off
+model whose back-off weight is γ(h); reading ARPA therefore also takes an LM built elsewhere over the
+same pieces. Queries follow ARPA's rule — p(w | h) is listed, or else back-off(h) · p(w | h′) — as a
+dense vector over the vocabulary per distinct history, cached, so a beam step costs one lookup per
+hypothesis.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import torch
+
+from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
+
+LN10 = math.log(10.0)
+NOT_PREDICTED = (BLANK, SOS, MASK)  # never an LM outcome (as for the attention decoder)
+SPECIAL_WORDS = {UNK: "<unk>", SOS: "<s>", EOS: "</s>"}
+
+
+class NgramError(ValueError):
+    """A malformed ARPA file or one whose words are not this tokenizer's pieces; the message names the line."""
+
+
+class NgramLM:
+    """Back-off n-gram LM over token ids 0..V-1 (natural-log probabilities).
+
+    `prob[n]` maps a history (tuple of n-1 ids) to {next id: log p}; `backoff` maps a history to its
+    log back-off weight (absent: 0).
+    """
+
+    def __init__(self, order: int, vocab_size: int, prob: dict[int, dict[tuple, dict[int, float]]],
+                 backoff: dict[tuple, float]):
+        self.order, self.vocab_size = order, vocab_size
+        self.prob, self.backoff = prob, backoff
+        self._cache: dict[tuple, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------------------------ queries
+
+    def distribution(self, history: Sequence[int]) -> torch.Tensor:
+        """log p(· | history) over the vocabulary, (V,) float32; only the last order-1 ids matter."""
+        h = tuple(int(t) for t in history[len(history) - (self.order - 1):]) if self.order > 1 else ()
+        return self._dense(h)
+
+    def _dense(self, h: tuple) -> torch.Tensor:
+        vec = self._cache.get(h)
+        if vec is not None:
+            return vec
+        if not h:
+            vec = torch.full((self.vocab_size,), float("-inf"))
+            listed = self.prob[1].get((), {})
+            unk = listed.get(UNK)
+            if unk is not None:  # ids the file does not list are <unk>
+                vec.fill_(unk)
+                vec[list(NOT_PREDICTED)] = float("-inf")
+        else:
+            vec = self._dense(h[1:]) + self.backoff.get(h, 0.0)
+            listed = self.prob.get(len(h) + 1, {}).get(h, {})
+        if listed:
+            vec = vec.clone()
+            vec[list(listed)] = torch.tensor(list(listed.values()), dtype=vec.dtype)
+        self._cache[h] = vec
+        return vec
+
+    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
+        """histories (N, L) token ids starting with <sos> → log p(next | history) (N, V) on their device."""
+        keep = min(histories.size(1), self.order - 1)
+        rows = histories[:, histories.size(1) - keep:].tolist() if keep > 0 else [[] for _ in range(histories.size(0))]
+        return torch.stack([self._dense(tuple(r)) for r in rows]).to(histories.device)
+
+    def sentence_log_prob(self, tokens: Sequence[int]) -> float:
+        """log p(tokens </s> | <s>) (natural log)."""
+        seq = [SOS, *tokens, EOS]
+        return float(sum(self.distribution(seq[:i])[seq[i]] for i in range(1, len(seq))))
+
+    # -------------------------------------------------------------------------------------- ARPA
+
+    def write_arpa(self, path: str | os.PathLike, pieces: Sequence[str]) -> None:
+        """Write ARPA (log10) with the tokenizer's `pieces` (id → piece) as words; atomically."""
+        from asr_transformer.fileio import atomic_open
+
+        def word(i: int) -> str:
+            return SPECIAL_WORDS.get(i) or pieces[i]
+
+        entries = {n: sorted((h + (w,), lp) for h, ws in self.prob[n].items() for w, lp in ws.items())
+                   for n in range(1, self.order + 1)}
+        if self.order > 1 and (SOS,) in self.backoff:  # <s> is a context only: listed with log10 p = -99
+            entries[1] = sorted(entries[1] + [((SOS,), -99.0 * LN10)])
+        with atomic_open(path) as f:
+            f.write("\\data\\\n")
+            for n in range(1, self.order + 1):
+                f.write(f"ngram {n}={len(entries[n])}\n")
+            for n in range(1, self.order + 1):
+                f.write(f"\n\\{n}-grams:\n")
+                for gram, lp in entries[n]:
+                    line = f"{lp / LN10:.6f}\t{' '.join(word(i) for i in gram)}"
+                    if n < self.order and gram in self.backoff:
+                        line += f"\t{self.backoff[gram] / LN10:.6f}"
+                    f.write(line + "\n")
+            f.write("\n\\end\\\n")
+
+    @classmethod
+    def read_arpa(cls, path: str | os.PathLike, pieces: Sequence[str]) -> "NgramLM":
+        """Read ARPA whose words are `pieces` (the model's tokenizer, id → piece) or <s>, </s>, <unk>."""
+        ids = {p: i for i, p in enumerate(pieces) if i not in NOT_PREDICTED and i not in SPECIAL_WORDS}
+        ids.update({w: i for i, w in SPECIAL_WORDS.items()})
+        prob: dict[int, dict[tuple, dict[int, float]]] = defaultdict(dict)
+        backoff: dict[tuple, float] = {}
+        order, section = 0, None
+        with open(path, encoding="utf-8") as f:
+            for number, raw in enumerate(f, 1):
+                line = raw.strip()
+                if not line or line.startswith("ngram ") or line == "\\data\\":
+                    continue
+                if line == "\\end\\":
+                    break
+                if line.startswith("\\") and line.endswith("-grams:"):
+                    section = int(line[1:-len("-grams:")])
+                    order = max(order, section)
+                    continue
+                if section is None:
+                    raise NgramError(f"{path}:{number}: expected \\data\\ or an \\N-grams: section")
+                fields = line.split()
+                if len(fields) not in (section + 1, section + 2):
+                    raise NgramError(f"{path}:{number}: a {section}-gram line needs log10 p, {section} words "
+                                     f"and an optional back-off; got {len(fields)} fields")
+                try:
+                    gram = tuple(ids[w] for w in fields[1:section + 1])
+                except KeyError as e:
+                    raise NgramError(f"{path}:{number}: word {e.args[0]!r} is not a piece of the model's tokenizer "
+                                     "(train the LM with the same tokenizer: `asr lm`)") from None
+                try:
+                    lp = float(fields[0]) * LN10
+                    if len(fields) == section + 2:
+                        backoff[gram] = float(fields[-1]) * LN10
+                except ValueError:
+                    raise NgramError(f"{path}:{number}: not a number in {line!r}") from None
+                if gram[-1] != SOS:
+                    prob[section].setdefault(gram[:-1], {})[gram[-1]] = lp
+        if order == 0:
+            raise NgramError(f"{path}: no n-grams (is this an ARPA file?)")
+        return cls(order, len(pieces), dict(prob), backoff)
+
+
+def train_ngram(sentences: Iterable[Sequence[int]], vocab_size: int, order: int = 4) -> NgramLM:
+    """Interpolated Kneser-Ney LM of `order` from token-id sentences (no <sos>/<eos>; they are added)."""
+    if order < 1:
+        raise ValueError(f"order must be ≥ 1, got {order}")
+    counts: list[dict[tuple, int]] = [defaultdict(int) for _ in range(order + 1)]  # counts[n][gram]
+    for sentence in sentences:
+        seq = [SOS, *(int(t) for t in sentence), EOS]
+        for i in range(1, len(seq)):
+            for n in range(1, min(order, i + 1) + 1):
+                counts[n][tuple(seq[i - n + 1:i + 1])] += 1
+    if not counts[1]:
+        raise ValueError("no sentences to train an n-gram LM on")
+    # adjusted counts: raw at the top order and for grams starting with <s>, else distinct left neighbours
+    adjusted: list[dict[tuple, int]] = [{} for _ in range(order + 1)]
+    adjusted[order] = dict(counts[order])
+    for n in range(order - 1, 0, -1):
+        left = defaultdict(int)
+        for gram in counts[n + 1]:
+            left[gram[1:]] += 1
+        adjusted[n] = {g: (c if g[0] == SOS else left[g]) for g, c in counts[n].items()}
+
+    outcomes = [i for i in range(vocab_size) if i not in NOT_PREDICTED]
+    uniform = math.log(1.0 / len(outcomes))
+    prob: dict[int, dict[tuple, dict[int, float]]] = {}
+    backoff: dict[tuple, float] = {}
+    for n in range(1, order + 1):
+        by_history: dict[tuple, dict[int, int]] = defaultdict(dict)
+        for gram, a in adjusted[n].items():
+            by_history[gram[:-1]][gram[-1]] = a
+        n1 = sum(1 for a in adjusted[n].values() if a == 1)
+        n2 = sum(1 for a in adjusted[n].values() if a == 2)
+        discount = n1 / (n1 + 2 * n2) if n1 and n2 else 0.5
+        prob[n] = {}
+        for h, followers in by_history.items():
+            total = sum(followers.values())
+            gamma = discount * len(followers) / total
+
+            def below(w: int) -> float:  # p(w | h′) of the orders already built
+                return math.exp(_log_prob(prob, backoff, h[1:], w) if n > 1 else uniform)
+
+            listed = outcomes if n == 1 else followers  # every outcome is listed at the lowest order
+            prob[n][h] = {w: math.log(max(followers.get(w, 0) - discount, 0.0) / total + gamma * below(w))
+                          for w in listed}
+            if n > 1:
+                backoff[h] = math.log(gamma)
+    return NgramLM(order, vocab_size, prob, backoff)
+
+
+def _log_prob(prob: dict, backoff: dict, h: tuple, w: int) -> float:
+    """log p(w | h) by ARPA's rule: listed, or else back-off(h) + log p(w | h′)."""
+    listed = prob[len(h) + 1].get(h, {}) if len(h) + 1 in prob else {}
+    if w in listed:
+        return listed[w]
+    if not h:
+        return float("-inf")
+    return backoff.get(h, 0.0) + _log_prob(prob, backoff, h[1:], w)

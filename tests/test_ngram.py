@@ -1,0 +1,138 @@
+"""The token n-gram LM: Kneser-Ney by hand, normalisation, ARPA round trip and errors, shallow fusion in
+beam, joint and rescore, `asr lm` and `asr decode --lm` end to end."""
+
+import random
+
+import pytest
+import torch
+
+from asr_transformer.decode.ngram import NgramError, NgramLM, train_ngram
+from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
+from tests.test_decode import make_batch, make_model, opts, tiny_package, tokens_of  # noqa: F401 (fixture)
+
+V = 8
+PIECES = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁a", "▁b", "c"]
+A, B, C = 5, 6, 7
+
+
+def test_kneser_ney_by_hand():
+    """Bigram KN on "a b", "a c", "b c", worked out on paper (outcomes: <unk>, <eos>, a, b, c).
+    Unigrams use continuation counts a:1 b:2 c:2 </s>:2 (sum 7, 4 types; n1=1, n2=3 → D=1/7), so
+    p(a) = (1 − 1/7)/7 + (1/7·4/7)·1/5 = 34/245 and p(b) = p(c) = p(</s>) = 69/245, p(<unk>) = 4/245.
+    Bigram raw counts 2,1,1,1,2,1,1 (n1=5, n2=2 → D=5/9); after "a": b 1, c 1, so
+    p(b | a) = (1 − 5/9)/2 + (5/9·2/2)·69/245 = 835/2205 and p(<unk> | a) = 5/9·4/245 = 20/2205."""
+    lm = train_ngram([[A, B], [A, C], [B, C]], V, order=2)
+    uni = lm.distribution([]).exp()
+    assert uni[A].item() == pytest.approx(34 / 245, rel=1e-6)
+    for t in (B, C, EOS):
+        assert uni[t].item() == pytest.approx(69 / 245, rel=1e-6)
+    assert uni[UNK].item() == pytest.approx(4 / 245, rel=1e-6)
+    after_a = lm.distribution([SOS, A]).exp()
+    assert after_a[B].item() == pytest.approx(835 / 2205, rel=1e-6)
+    assert after_a[UNK].item() == pytest.approx(20 / 2205, rel=1e-6)
+    # a sentence's probability chains the conditionals, <eos> included
+    expected = sum(lm.distribution(h)[t].item() for h, t in [([SOS], A), ([SOS, A], B), ([SOS, A, B], EOS)])
+    assert lm.sentence_log_prob([A, B]) == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_every_history_is_a_distribution(order):
+    rng = random.Random(order)
+    sentences = [[rng.choice([A, B, C]) for _ in range(rng.randint(1, 6))] for _ in range(40)]
+    lm = train_ngram(sentences, V, order)
+    for history in ([SOS], [SOS, A], [SOS, A, B], [SOS, C, C, C], [SOS, B, A, C, A], [SOS, UNK, EOS]):
+        p = lm.distribution(history).exp()
+        assert p.sum().item() == pytest.approx(1.0, abs=1e-5)
+        assert p[[BLANK, SOS, MASK]].sum().item() == 0.0  # never an outcome
+        assert (p[[UNK, EOS, A, B, C]] > 0).all()  # smoothing leaves nothing impossible
+
+
+def test_arpa_round_trip_and_errors(tmp_path):
+    rng = random.Random(0)
+    lm = train_ngram([[rng.choice([A, B, C]) for _ in range(rng.randint(1, 5))] for _ in range(30)], V, 3)
+    path = tmp_path / "lm.arpa"
+    lm.write_arpa(path, PIECES)
+    text = path.read_text()
+    assert text.startswith("\\data\\\nngram 1=") and "\\3-grams:" in text and text.rstrip().endswith("\\end\\")
+    assert "▁a" in text and "<s>" in text and "</s>" in text
+    back = NgramLM.read_arpa(path, PIECES)
+    assert back.order == 3
+    for history in ([SOS], [SOS, A], [SOS, B, C], [SOS, C, A, A]):
+        torch.testing.assert_close(back.distribution(history), lm.distribution(history), atol=1e-4, rtol=0)
+    batch = torch.tensor([[SOS, A, B], [SOS, C, C]])
+    torch.testing.assert_close(back.next_log_probs(batch), torch.stack([back.distribution(r) for r in batch.tolist()]))
+
+    foreign = path.read_text().replace("▁a", "▁zz", 1)
+    bad = tmp_path / "foreign.arpa"
+    bad.write_text(foreign)
+    line = next(i for i, l in enumerate(foreign.splitlines(), 1) if "▁zz" in l)
+    with pytest.raises(NgramError, match=rf"foreign.arpa:{line}: word '▁zz' is not a piece"):
+        NgramLM.read_arpa(bad, PIECES)
+    bad.write_text("hello\n")
+    with pytest.raises(NgramError, match="expected"):
+        NgramLM.read_arpa(bad, PIECES)
+
+
+def test_shallow_fusion():
+    """β = 0 changes nothing; a heavily weighted LM that knows one sentence makes beam and joint output it;
+    rescore adds β·log p_lm of each hypothesis."""
+    m = make_model()
+    feats, lens = make_batch()
+    lm = train_ngram([[A, B, C]], V + 4, order=3)  # the tiny model's vocabulary is 12
+    for mode in ("beam", "joint"):
+        plain = recognize(m, feats, lens, opts(mode, beam=3, nbest=2))
+        zero = recognize(m, feats, lens, opts(mode, beam=3, nbest=2, lm_weight=0.0), lm=lm)
+        assert tokens_of(zero) == tokens_of(plain)
+        for a, b in zip(zero, plain):
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-5)
+            assert all("lm" in h.parts for h in a)
+        steered = recognize(m, feats, lens, opts(mode, beam=3, lm_weight=50.0, max_len_ratio=1.0), lm=lm)
+        assert tokens_of(steered) == [[[A, B, C]]] * 3
+    for h in [h for nbest in recognize(m, feats, lens, opts("joint", beam=3, nbest=3, lm_weight=0.7), lm=lm)
+              for h in nbest]:
+        parts = h.parts
+        assert parts["lm"] == pytest.approx(lm.sentence_log_prob(h.tokens), abs=1e-4)
+        assert h.score == pytest.approx(0.3 * parts["ctc"] + 0.7 * parts["att"] + 0.7 * parts["lm"], abs=1e-3)
+    plain = recognize(m, feats, lens, opts("rescore", beam=3, nbest=3))
+    fused = recognize(m, feats, lens, opts("rescore", beam=3, nbest=3, lm_weight=0.5), lm=lm)
+    for a, b in zip(plain, fused):
+        by_tokens = {tuple(h.tokens): h.score for h in a}
+        for h in b:
+            assert h.score == pytest.approx(by_tokens[tuple(h.tokens)] + 0.5 * lm.sentence_log_prob(h.tokens), abs=1e-4)
+
+
+def test_asr_lm_and_decode_with_it(tiny_package, tmp_path):
+    """`asr lm` trains on a manifest and a text file; `asr decode --lm` uses it in joint mode and records it;
+    a missing or foreign LM is a one-line error."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+
+    root = tiny_package
+    extra = tmp_path / "more.txt"
+    extra.write_text("nine eight seven\n\nsix five\n")
+    arpa = tmp_path / "lm.arpa"
+    run = CliRunner().invoke(app, ["lm", str(root / "test.jsonl"), str(extra), "--tokenizer", str(root / "tok"),
+                                   "--out", str(arpa), "--order", "3"])
+    assert run.exit_code == 0, run.output
+    assert "3-gram LM from 6 sentences" in run.output and arpa.read_text().startswith("\\data\\")
+    out = tmp_path / "dec"
+    run = CliRunner().invoke(app, ["decode", str(root / "model.pt"), str(root / "test.jsonl"), "--mode", "joint,ctc",
+                                   "--beam", "2", "--lm", str(arpa), "--lm-weight", "0.4", "--out", str(out),
+                                   "--threads", "1", "--device", "cpu"])
+    assert run.exit_code == 0, run.output
+    joint = json.loads((out / "joint" / "rtf.json").read_text())
+    assert joint["lm"] == str(arpa) and joint["options"]["lm_weight"] == 0.4
+    assert json.loads((out / "ctc" / "rtf.json").read_text())["lm"] is None  # CTC greedy takes no LM
+    for bad, message in ((tmp_path / "none.arpa", "No such file"), (root / "test.jsonl", "test.jsonl:")):
+        run = CliRunner().invoke(app, ["decode", str(root / "model.pt"), str(root / "test.jsonl"), "--lm", str(bad),
+                                       "--out", str(tmp_path / "x"), "--threads", "1", "--device", "cpu"])
+        assert run.exit_code == 1 and message in run.output and "Traceback" not in run.output
+
+
+def recognize(*args, **kwargs):
+    from asr_transformer.decode.search import recognize as run
+
+    return run(*args, **kwargs)
