@@ -69,6 +69,10 @@ class ModelConfig:
     conv_kernel: int = 0  # >0: Conformer encoder blocks (macaron FFNs + depthwise conv of this width; always pre-LN)
     tie_embeddings: bool = False
     ctc_weight: float = 0.3
+    # InterCTC (Lee & Watanabe 2021): this share of the CTC loss is taken at the output of encoder block
+    # `interctc_layer` (1-based; 0 = the middle block) through the same final LayerNorm and CTC head
+    interctc_weight: float = 0.0
+    interctc_layer: int = 0
     label_smoothing: float = 0.1
 
 

@@ -276,3 +276,32 @@ def test_conformer_depthwise_conv_equals_conv1d():
                     for out in (got, want)]
     for a, b in zip(*weight_grads):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("changes", [dict(), dict(conv_kernel=7)])
+def test_interctc_loss_is_the_intermediate_blocks_ctc(changes):
+    """With model.interctc_weight = v the CTC part is (1 − v)·CTC(final) + v·CTC(norm(block k output)),
+    k the middle block; v = 0 leaves the loss as it was; the intermediate loss trains the lower blocks."""
+    m = model(encoder_layers=4, ctc_weight=0.4, interctc_weight=0.25, **changes).eval()
+    feats, lens, tokens, token_lens = batch()
+    out = m(feats, lens, tokens, token_lens)
+    with torch.no_grad():  # the intermediate output by hand: blocks 1..2 of 4, then the final LayerNorm
+        x, enc_lens = m.encoder.subsampling(m.normalize(feats, lens), lens)
+        x = m.encoder.pos(x)
+        mask = lengths_to_mask(enc_lens, x.size(1)).unsqueeze(1)
+        for block in m.encoder.layers[:2]:
+            x = block(x, mask)
+        inter = m.ctc.loss(m.encoder.norm(x), enc_lens, tokens, token_lens)
+    torch.testing.assert_close(out["loss_interctc"], inter)
+    expected = 0.4 * (0.75 * out["loss_ctc"] + 0.25 * inter) + 0.6 * out["loss_att"]
+    torch.testing.assert_close(out["loss"], expected)
+    plain = ASRModel(dataclasses.replace(m.cfg, interctc_weight=0.0)).eval()
+    plain.load_state_dict(m.state_dict())
+    same = plain(feats, lens, tokens, token_lens)
+    assert "loss_interctc" not in same
+    torch.testing.assert_close(same["loss"], 0.4 * out["loss_ctc"] + 0.6 * out["loss_att"])
+    out["loss_interctc"].backward()  # reaches the lower blocks, not the upper ones
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.encoder.layers[0].parameters())
+    assert all(p.grad is None for p in m.encoder.layers[3].parameters())
+    with pytest.raises(ValueError, match="interctc_layer=4"):
+        model(encoder_layers=4, interctc_weight=0.3, interctc_layer=4)

@@ -38,14 +38,14 @@ def decoder_logits(model, kv: list[torch.Tensor], enc_mask: torch.Tensor, tokens
     """
     dec = model.decoder
     N, L = tokens.shape
-    mask = lengths_to_mask(token_lens, L).unsqueeze(1)  # (N, 1, L)
+    # masks that allow everything are left out (the attention then skips the masking work)
+    mask = None if bool((token_lens == L).all()) else lengths_to_mask(token_lens, L).unsqueeze(1)  # (N, 1, L)
     if causal:
-        mask = mask & causal_mask(L, tokens.device)
+        mask = causal_mask(L, tokens.device).unsqueeze(0) if mask is None else mask & causal_mask(L, tokens.device)
+    memory_mask = None if bool(enc_mask.all()) else enc_mask.unsqueeze(1)
     x = dec.pos(dec.embed(tokens))
-    empty = x.new_zeros(N, 0, 2 * x.size(-1))
-    memory_mask = enc_mask.unsqueeze(1)
-    for layer, layer_kv in zip(dec.layers, kv):
-        x, _ = layer(x, mask, None, memory_mask, (empty, layer_kv))
+    for layer, layer_kv in zip(dec.layers, kv):  # no self-attention cache: every position is computed here
+        x, _ = layer(x, mask, None, memory_mask, (None, layer_kv))
     x = dec.norm(x)
     if select is not None:
         x = x[select]

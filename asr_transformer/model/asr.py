@@ -44,6 +44,11 @@ class ASRModel(nn.Module):
         if cfg.vocab_size <= NUM_SPECIAL:
             raise ValueError(f"model.vocab_size={cfg.vocab_size}: set it from the tokenizer "
                              f"(it includes the {NUM_SPECIAL} special tokens)")
+        if not 0.0 <= cfg.interctc_weight < 1.0:
+            raise ValueError(f"model.interctc_weight={cfg.interctc_weight}: must be in [0, 1)")
+        if not 0 <= cfg.interctc_layer < cfg.encoder_layers:
+            raise ValueError(f"model.interctc_layer={cfg.interctc_layer}: must be a block below the last "
+                             f"(1..{cfg.encoder_layers - 1}), or 0 for the middle one")
         self.cfg = cfg
         self.register_buffer("cmvn_mean", torch.zeros(cfg.input_dim))
         self.register_buffer("cmvn_istd", torch.ones(cfg.input_dim))
@@ -64,14 +69,17 @@ class ASRModel(nn.Module):
 
     # ---- inference pieces -------------------------------------------------------------------------
 
-    def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """feats (B, T, input_dim) raw log-mel, feat_lens (B,) → enc (B, T', D), enc_lens (B,)."""
+    def normalize(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> torch.Tensor:
+        """CMVN: raw log-mel (B, T, input_dim) → normalised, same shape."""
         if self.cfg.utterance_cmn:  # each utterance's mean over its own frames replaces the global mean
             valid = lengths_to_mask(feat_lens, feats.size(1)).unsqueeze(-1)
             mean = (feats * valid).sum(1, keepdim=True) / feat_lens.clamp(min=1).view(-1, 1, 1)
-            feats = (feats - mean) * self.cmvn_istd
-        else:
-            feats = (feats - self.cmvn_mean) * self.cmvn_istd
+            return (feats - mean) * self.cmvn_istd
+        return (feats - self.cmvn_mean) * self.cmvn_istd
+
+    def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats (B, T, input_dim) raw log-mel, feat_lens (B,) → enc (B, T', D), enc_lens (B,)."""
+        feats = self.normalize(feats, feat_lens)
         dtype = self.encoder_dtype
         if dtype == torch.float32:
             return self.encoder(feats, feat_lens)
@@ -114,22 +122,35 @@ class ASRModel(nn.Module):
                 (previous-position) prediction instead of the reference token.
             mask_ctc: train the decoder as the Mask-CTC (non-autoregressive, masked-LM) decoder instead.
         Returns:
-            dict with `loss` = ctc_weight·loss_ctc + (1 - ctc_weight)·loss_att, and the parts that were
+            dict with `loss` = ctc_weight·CTC + (1 - ctc_weight)·loss_att, and the parts that were
             computed: `loss_ctc` (absent when ctc_weight = 0); `loss_att` and `acc` (decoder token
             accuracy; absent when ctc_weight = 1). With mask_ctc, loss_att/acc are those of the masked
-            positions. All losses are sums over the batch divided by the batch size.
+            positions. With InterCTC (model.interctc_weight = v > 0) CTC = (1 − v)·loss_ctc +
+            v·loss_interctc, the CTC loss of an intermediate block's output. All losses are sums over the
+            batch divided by the batch size.
         """
-        enc, enc_lens = self.encode(feats, feat_lens)
-        return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc)
+        inter_weight = self.cfg.interctc_weight if self.cfg.ctc_weight > 0 else 0.0
+        if inter_weight <= 0:
+            enc, enc_lens = self.encode(feats, feat_lens)
+            return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc)
+        layer = self.cfg.interctc_layer or (len(self.encoder.layers) + 1) // 2
+        enc, enc_lens, intermediate = self.encoder.forward_with_intermediate(self.normalize(feats, feat_lens),
+                                                                             feat_lens, layer)
+        return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc, intermediate)
 
     def losses(self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor,
-               sampling_prob: float = 0.0, mask_ctc: bool = False) -> dict:
-        """The losses of `forward` from an encoder output (B, T', D) already computed."""
+               sampling_prob: float = 0.0, mask_ctc: bool = False, intermediate: torch.Tensor | None = None) -> dict:
+        """The losses of `forward` from an encoder output (B, T', D) already computed (and, for InterCTC,
+        an intermediate block's output, (B, T', D))."""
         w, out = self.cfg.ctc_weight, {}
         loss = enc.new_zeros(())
         if w > 0:
-            out["loss_ctc"] = self.ctc.loss(enc, enc_lens, tokens, token_lens)
-            loss = loss + w * out["loss_ctc"]
+            out["loss_ctc"] = ctc = self.ctc.loss(enc, enc_lens, tokens, token_lens)
+            if intermediate is not None:
+                v = self.cfg.interctc_weight
+                out["loss_interctc"] = self.ctc.loss(intermediate, enc_lens, tokens, token_lens)
+                ctc = (1 - v) * ctc + v * out["loss_interctc"]
+            loss = loss + w * ctc
         if w < 1:
             enc_mask = lengths_to_mask(enc_lens, enc.size(1))
             if mask_ctc:

@@ -135,9 +135,19 @@ class Encoder(nn.Module):
         Padded frames never influence valid ones: they are zeroed before the convolutions, the conv
         outputs beyond each length are zeroed, and every self-attention masks padded keys.
         """
+        enc, lengths, _ = self.forward_with_intermediate(feats, lengths, 0)
+        return enc, lengths
+
+    def forward_with_intermediate(self, feats: torch.Tensor, lengths: torch.Tensor,
+                                  layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """As `forward`, and also block `layer`'s output (1-based) through the final LayerNorm, (B, T', D)
+        (InterCTC); None when layer = 0."""
         x, lengths = self.subsampling(feats, lengths)
         x = self.pos(x)
         mask = lengths_to_mask(lengths, x.size(1)).unsqueeze(1)  # (B, 1, T')
-        for layer in self.layers:
-            x = layer(x, mask)
-        return self.norm(x), lengths
+        intermediate = None
+        for i, block in enumerate(self.layers, 1):
+            x = block(x, mask)
+            if i == layer:
+                intermediate = self.norm(x)
+        return self.norm(x), lengths, intermediate
