@@ -60,3 +60,31 @@ def make_tone_corpus(root: Path, sizes=(("train", 40), ("dev", 8), ("test", 8)),
 @pytest.fixture(scope="session")
 def tone_corpus(tmp_path_factory) -> Path:
     return make_tone_corpus(tmp_path_factory.mktemp("tones"))
+
+
+@pytest.fixture(scope="session")
+def tiny_package(tmp_path_factory):
+    """A random `tiny` model package with a char tokenizer, and a 4-utterance test manifest of tones."""
+    import torch
+
+    from asr_transformer.config import PRESETS, Config, ModelConfig
+    from asr_transformer.data.tokenizer import train_tokenizer
+    from asr_transformer.model.asr import ASRModel
+    from asr_transformer.package import save_package
+
+    root = tmp_path_factory.mktemp("pkg")
+    texts = ["one two three", "four five", "six seven eight nine", "zero one"]
+    tok = train_tokenizer(texts * 5, root / "tok", model_type="char")
+    cfg = Config()
+    cfg.model = ModelConfig(input_dim=cfg.features.num_mel_bins, vocab_size=tok.vocab_size, **PRESETS["tiny"])
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model)
+    save_package(root / "model.pt", cfg, tok, model.state_dict())
+    utts = []
+    for i, (text, secs) in enumerate(zip(texts, (0.9, 0.5, 1.2, 0.3))):
+        t = np.arange(int(16000 * secs)) / 16000
+        path = root / f"u{i}.wav"
+        sf.write(path, (0.3 * np.sin(2 * np.pi * (200 + 50 * i) * t)).astype(np.float32), 16000)
+        utts.append(Utterance(id=f"u{i}", audio=str(path), duration=secs, text=text))
+    write_manifest(root / "test.jsonl", utts)
+    return root

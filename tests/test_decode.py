@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from asr_transformer.config import PRESETS, Config, DecodeConfig, ModelConfig
+from asr_transformer.config import PRESETS, DecodeConfig, ModelConfig
 from asr_transformer.decode.ctc_prefix import CTCPrefixScorer, ctc_prefix_beam_search
 from asr_transformer.decode.search import MODES, DecodeError, attention_scores, recognize
 from asr_transformer.model.asr import ASRModel
@@ -287,32 +287,6 @@ def test_unknown_mode_is_a_clear_error():
 
 
 # ------------------------------------------------------------------------------- decode_manifest end to end
-
-
-@pytest.fixture(scope="module")
-def tiny_package(tmp_path_factory):
-    import soundfile as sf
-
-    from asr_transformer.data.manifest import Utterance, write_manifest
-    from asr_transformer.data.tokenizer import train_tokenizer
-    from asr_transformer.package import save_package
-
-    root = tmp_path_factory.mktemp("pkg")
-    texts = ["one two three", "four five", "six seven eight nine", "zero one"]
-    tok = train_tokenizer(texts * 5, root / "tok", model_type="char")
-    cfg = Config()
-    cfg.model = ModelConfig(input_dim=cfg.features.num_mel_bins, vocab_size=tok.vocab_size, **PRESETS["tiny"])
-    torch.manual_seed(0)
-    model = ASRModel(cfg.model)
-    save_package(root / "model.pt", cfg, tok, model.state_dict())
-    utts = []
-    for i, (text, secs) in enumerate(zip(texts, (0.9, 0.5, 1.2, 0.3))):
-        t = np.arange(int(16000 * secs)) / 16000
-        path = root / f"u{i}.wav"
-        sf.write(path, (0.3 * np.sin(2 * np.pi * (200 + 50 * i) * t)).astype(np.float32), 16000)
-        utts.append(Utterance(id=f"u{i}", audio=str(path), duration=secs, text=text))
-    write_manifest(root / "test.jsonl", utts)
-    return root
 
 
 def test_decode_manifest_end_to_end(tiny_package, tmp_path):

@@ -8,7 +8,7 @@ import torch
 
 from asr_transformer.decode.ngram import NgramError, NgramLM, train_ngram
 from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
-from tests.test_decode import make_batch, make_model, opts, tiny_package, tokens_of  # noqa: F401 (fixture)
+from tests.test_decode import make_batch, make_model, opts, tokens_of
 
 V = 8
 PIECES = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁a", "▁b", "c"]
@@ -136,3 +136,15 @@ def recognize(*args, **kwargs):
     from asr_transformer.decode.search import recognize as run
 
     return run(*args, **kwargs)
+
+
+def test_cache_is_bounded(monkeypatch):
+    """Dense distributions are cached per history, and the cache is emptied before it outgrows its budget."""
+    import asr_transformer.decode.ngram as ngram
+
+    lm = train_ngram([[A, B, C], [C, B, A]], V, order=3)
+    monkeypatch.setattr(ngram, "CACHE_FLOATS", 4 * V)
+    want = {h: train_ngram([[A, B, C], [C, B, A]], V, order=3).distribution(h) for h in [(SOS, A), (A, B), (B, C), (C, C)]}
+    for h, vec in list(want.items()) * 2:
+        torch.testing.assert_close(lm.distribution(h), vec)
+        assert len(lm._cache) <= 4

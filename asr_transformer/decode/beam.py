@@ -8,8 +8,9 @@ search, WeNet's attention beam search). At each output step, for every utterance
    always scored), and the CTC prefix scorer gives log ψ(g·c) for all of them at once;
 3. each candidate's score is  λ·log ψ(g·c) + (1 − λ)·log p_att(g·c) + β·log p_lm(g·c) + length_penalty·|g·c|
    (λ = ctc_weight; β = lm_weight, shallow fusion with an n-gram LM when one is given; |g·c| counts <eos>;
-   the pre-beam ranks by the attention and LM terms); the best 2·beam candidates of the utterance are taken: those ending in <eos> among the
-   first `beam` become finished hypotheses, the best `beam` others keep running (so the beam stays full);
+   the pre-beam ranks by the attention and LM terms); the best 2·beam candidates of the utterance are taken:
+   those ending in <eos> among the first `beam` become finished hypotheses, the best `beam` others keep
+   running (so the beam stays full);
 4. an utterance is done when it has `nbest` finished hypotheses and the nbest-th best of them scores at least
    as well as its best running one (scores only fall as hypotheses grow when length_penalty ≤ 0, so the n-best
    is then final; with a positive bonus this is the usual heuristic), or when its hypotheses reach

@@ -34,6 +34,7 @@ from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
 LN10 = math.log(10.0)
 NOT_PREDICTED = (BLANK, SOS, MASK)  # never an LM outcome (as for the attention decoder)
 SPECIAL_WORDS = {UNK: "<unk>", SOS: "<s>", EOS: "</s>"}
+CACHE_FLOATS = 1 << 25  # the cache of dense distributions is emptied when it would hold more (128 MB)
 
 
 class NgramError(ValueError):
@@ -64,6 +65,8 @@ class NgramLM:
         vec = self._cache.get(h)
         if vec is not None:
             return vec
+        if (len(self._cache) + 1) * self.vocab_size > CACHE_FLOATS:
+            self._cache.clear()
         if not h:
             vec = torch.full((self.vocab_size,), float("-inf"))
             listed = self.prob[1].get((), {})
