@@ -65,8 +65,6 @@ class NgramLM:
         vec = self._cache.get(h)
         if vec is not None:
             return vec
-        if (len(self._cache) + 1) * self.vocab_size > CACHE_FLOATS:
-            self._cache.clear()
         if not h:
             vec = torch.full((self.vocab_size,), float("-inf"))
             listed = self.prob[1].get((), {})
@@ -80,6 +78,8 @@ class NgramLM:
         if listed:
             vec = vec.clone()
             vec[list(listed)] = torch.tensor(list(listed.values()), dtype=vec.dtype)
+        if (len(self._cache) + 1) * self.vocab_size > CACHE_FLOATS:
+            self._cache.clear()
         self._cache[h] = vec
         return vec
 
