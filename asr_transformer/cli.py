@@ -233,7 +233,10 @@ def lm_(
 
     if order < 1:
         _fail(f"--order {order}: must be at least 1")
-    tok = Tokenizer(tokenizer_dir)
+    try:
+        tok = Tokenizer(tokenizer_dir)
+    except (OSError, ValueError) as e:
+        _fail(str(e))
     sentences = []
     for path in texts:
         try:

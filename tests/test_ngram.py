@@ -126,6 +126,11 @@ def test_asr_lm_and_decode_with_it(tiny_package, tmp_path):
     joint = json.loads((out / "joint" / "rtf.json").read_text())
     assert joint["lm"] == str(arpa) and joint["options"]["lm_weight"] == 0.4
     assert json.loads((out / "ctc" / "rtf.json").read_text())["lm"] is None  # CTC greedy takes no LM
+    run = CliRunner().invoke(app, ["transcribe", str(root / "u0.wav"), "--model", str(root / "model.pt"), "--mode",
+                                   "joint", "--beam", "2", "--lm", str(arpa), "--threads", "1", "--device", "cpu"])
+    assert run.exit_code == 0, run.output
+    run = CliRunner().invoke(app, ["lm", str(extra), "--tokenizer", str(tmp_path / "no_tok"), "--out", str(arpa)])
+    assert run.exit_code == 1 and "no tokenizer.json" in run.output and "Traceback" not in run.output
     for bad, message in ((tmp_path / "none.arpa", "No such file"), (root / "test.jsonl", "test.jsonl:")):
         run = CliRunner().invoke(app, ["decode", str(root / "model.pt"), str(root / "test.jsonl"), "--lm", str(bad),
                                        "--out", str(tmp_path / "x"), "--threads", "1", "--device", "cpu"])
