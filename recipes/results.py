@@ -67,17 +67,11 @@ def decode_rows(decode_dir: Path) -> list[str]:
         mode = rtf.get("mode", d.name)
         if rtf.get("lm"):
             options = rtf.get("options", {})
-            mode += (f" + {lm_order(rtf['lm'])}-gram LM (weight {options.get('lm_weight'):g}, "
+            mode += (f" + {rtf.get('lm_order', '?')}-gram LM (weight {options.get('lm_weight'):g}, "
                      f"length bonus {options.get('length_penalty', 0.0):g})")
         rows.append(f"| {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {100 * result['ser']:.2f} | "
                     f"{rtf.get('rtf', float('nan')):.4f} | {rtf.get('threads', '')} |")
     return rows
-
-
-def lm_order(path: str) -> str:
-    """The order in an LM file name as common.mk writes it (`lm_<N>gram.arpa`), else '?'."""
-    match = re.search(r"lm_(\d+)gram\.arpa$", path)
-    return match.group(1) if match else "?"
 
 
 def makefile_default(recipe: Path, variable: str) -> str | None:
@@ -130,7 +124,7 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
     for rtf_path in sorted(exp.glob("decode_*_lm/**/rtf.json")):  # the LM decoding's settings
         rtf = json.loads(rtf_path.read_text())
         options = rtf.get("options", {})
-        for variable, value in (("LM_ORDER", lm_order(rtf.get("lm") or "")), ("LM_WEIGHT", options.get("lm_weight")),
+        for variable, value in (("LM_ORDER", rtf.get("lm_order")), ("LM_WEIGHT", options.get("lm_weight")),
                                 ("LM_LENGTH_PENALTY", options.get("length_penalty")), ("LM_MODES", rtf.get("mode"))):
             default = makefile_default(recipe, variable)
             same = default == str(value) or (variable != "LM_MODES" and _number(default) == _number(value))

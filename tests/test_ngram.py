@@ -124,7 +124,7 @@ def test_asr_lm_and_decode_with_it(tiny_package, tmp_path):
                                    "--threads", "1", "--device", "cpu"])
     assert run.exit_code == 0, run.output
     joint = json.loads((out / "joint" / "rtf.json").read_text())
-    assert joint["lm"] == str(arpa) and joint["options"]["lm_weight"] == 0.4
+    assert joint["lm"] == str(arpa) and joint["lm_order"] == 3 and joint["options"]["lm_weight"] == 0.4
     assert json.loads((out / "ctc" / "rtf.json").read_text())["lm"] is None  # CTC greedy takes no LM
     run = CliRunner().invoke(app, ["transcribe", str(root / "u0.wav"), "--model", str(root / "model.pt"), "--mode",
                                    "joint", "--beam", "2", "--lm", str(arpa), "--threads", "1", "--device", "cpu"])

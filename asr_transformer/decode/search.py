@@ -273,6 +273,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
                 "feature_seconds": round(feature_time, 4), "feature_rtf": feature_time / max(audio_seconds, 1e-9),
                 "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size,
                 "precision": precision, "lm": str(lm) if lm is not None and m in LM_MODES else None,
+                "lm_order": ngram.order if ngram is not None and m in LM_MODES else None,
                 "options": {k: v for k, v in vars(replace(base, mode=m)).items()}}
         write_json(d / "rtf.json", info)
         summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
