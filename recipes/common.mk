@@ -18,12 +18,14 @@ TRAIN_SET ?= train
 TEST    ?= test
 # LM_ORDER > 0: train a token n-gram LM of that order on the training texts (`asr lm`) and decode
 # $(LM_MODES) with it again (shallow fusion, weight LM_WEIGHT, length bonus LM_LENGTH_PENALTY) into
-# $(EXP)/decode_$(TEST)_lm, beside the decoding without it.
+# $(EXP)/decode_$(TEST)_lm, beside the decoding without it. LM_TEXT: more text files (one sentence a
+# line) for the LM, never a test set's.
 LM_ORDER ?= 0
+LM_TEXT ?=
 LM_WEIGHT ?= 0.3
 LM_LENGTH_PENALTY ?= 0.0
 LM_MODES ?= joint
-LM      = $(DATA)/lm_$(LM_ORDER)gram.arpa
+LM      ?= $(DATA)/lm_$(LM_ORDER)gram.arpa
 
 .PHONY: all prepare tokenizer lm train average decode score plot clean
 
@@ -34,8 +36,8 @@ $(DATA)/tokenizer/tokenizer.json: $(DATA)/summary.json
 	$(ASR) tokenizer $(DATA)/train.jsonl --out $(DATA)/tokenizer --model-type $(UNIT) --vocab-size $(VOCAB)
 
 lm: $(LM)
-$(LM): $(DATA)/tokenizer/tokenizer.json
-	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl --tokenizer $(DATA)/tokenizer --order $(LM_ORDER) --out $@
+$(LM): $(DATA)/tokenizer/tokenizer.json $(LM_TEXT)
+	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(LM_TEXT) --tokenizer $(DATA)/tokenizer --order $(LM_ORDER) --out $@
 
 train: $(EXP)/train.done
 $(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF)
