@@ -45,8 +45,8 @@ class EncoderLayer(nn.Module):
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, D), mask (B, 1, T) key-padding mask → (B, T, D)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x (B, T, D), mask (B, 1, T) key-padding mask or None (no padding) → (B, T, D)."""
         if self.pre_norm:
             h = self.norm1(x)
             x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
@@ -75,9 +75,11 @@ class ConvModule(nn.Module):
         self.pointwise_out = nn.Linear(d_model, d_model)
         self.dropout = Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """x (B, T, D), valid (B, T, 1) bool → (B, T, D)."""
-        h = nn.functional.glu(self.pointwise_in(x), dim=-1).masked_fill(~valid, 0.0)
+    def forward(self, x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """x (B, T, D), valid (B, T, 1) bool or None (no padding) → (B, T, D)."""
+        h = nn.functional.glu(self.pointwise_in(x), dim=-1)
+        if valid is not None:
+            h = h.masked_fill(~valid, 0.0)
         conv = self.depthwise
         h = nn.functional.conv2d(
             h.transpose(1, 2).unsqueeze(2), conv.weight.unsqueeze(2), conv.bias, padding=(0, conv.padding[0]),
@@ -102,12 +104,12 @@ class ConformerLayer(nn.Module):
             nn.LayerNorm(d_model) for _ in range(5))
         self.dropout = Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, T, D), mask (B, 1, T) key-padding mask → (B, T, D)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x (B, T, D), mask (B, 1, T) key-padding mask or None (no padding) → (B, T, D)."""
         x = x + 0.5 * self.dropout(self.ffn_in(self.norm_ffn_in(x)))
         h = self.norm_attn(x)
         x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
-        x = x + self.conv(self.norm_conv(x), mask.transpose(1, 2))
+        x = x + self.conv(self.norm_conv(x), None if mask is None else mask.transpose(1, 2))
         x = x + 0.5 * self.dropout(self.ffn_out(self.norm_ffn_out(x)))
         return self.norm_final(x)
 
@@ -144,7 +146,8 @@ class Encoder(nn.Module):
         (InterCTC); None when layer = 0."""
         x, lengths = self.subsampling(feats, lengths)
         x = self.pos(x)
-        mask = lengths_to_mask(lengths, x.size(1)).unsqueeze(1)  # (B, 1, T')
+        # (B, 1, T'); left out when nothing is padded (one utterance alone), which skips the masking work
+        mask = None if bool((lengths == x.size(1)).all()) else lengths_to_mask(lengths, x.size(1)).unsqueeze(1)
         intermediate = None
         for i, block in enumerate(self.layers, 1):
             x = block(x, mask)
