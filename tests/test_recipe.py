@@ -21,10 +21,12 @@ def test_default_recipe_in_miniature(tmp_path):
     shutil.copy(ROOT / "recipes/synthetic/Makefile", recipe)
     shutil.copy(ROOT / "recipes/common.mk", recipe.parent)
     data, exp = tmp_path / "data", recipe / "exp/tiny"
+    extra = tmp_path / "more_text.txt"  # LM_TEXT: more text for the LM, beside the training texts
+    extra.write_text("spell it a b c\nfive past nine\n")
     # a time budget too small for the 2 epochs asked: the plan shrinks to 1
     cmd = ["make", "-C", str(ROOT / "recipes/synthetic"), f"ASR={asr}", f"DATA={data}", f"EXP={exp}",
            "CONF=conf/tiny.yaml", "HOURS=0.01", "VOCAB=40", "MODES=greedy,ctc", "BEAM=2", "THREADS=1",
-           "LM_ORDER=2", "LM_MODES=beam", "LM_WEIGHT=0.2",
+           "LM_ORDER=2", "LM_MODES=beam", "LM_WEIGHT=0.2", f"LM_TEXT={extra}",
            "TRAIN_ARGS=--set data.min_duration=0.1 --set train.max_epochs=2 --set train.max_minutes=0.0001"]
     # the grammar's dev/test sizes are options of `asr prepare synthetic`; keep them tiny here
     subprocess.run(["make", "-C", str(ROOT / "recipes/synthetic"), f"ASR={asr}", f"DATA={data}", "prepare",
@@ -39,6 +41,8 @@ def test_default_recipe_in_miniature(tmp_path):
     lm_run = json.loads((exp / "decode_test_lm" / "rtf.json").read_text())  # LM_MODES decoded again with the LM
     assert lm_run["mode"] == "beam" and lm_run["lm"] == str(data / "lm_2gram.arpa")
     assert (exp / "decode_test_lm" / "result.json").exists() and (data / "lm_2gram.arpa").exists()
+    train_texts = len((data / "train.jsonl").read_text().splitlines()) - 1  # less the header line
+    assert f"2-gram LM from {train_texts + 2} sentences" in result.stdout  # the training texts and LM_TEXT's 2
     assert "WORD" in result.stdout or "Snt" in result.stdout  # the score table was printed
     assert list((exp / "transcribe").glob("*.srt"))
     # a second run finds every stage complete and does nothing but print the tables again
