@@ -209,6 +209,9 @@ def run_one(job: dict) -> dict:
 
 
 def main() -> None:
+    from asr_transformer import malloc
+
+    malloc.apply()  # measure with the allocator settings `asr` runs with (ASR_MALLOC_TUNING=0: glibc's defaults)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="small,10m", help="comma list of: " + ", ".join(SHAPES))
     p.add_argument("--modes", default=",".join(ALL_MODES))

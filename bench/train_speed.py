@@ -105,6 +105,9 @@ def measure(name: str, args) -> dict:
 
 
 def main() -> None:
+    from asr_transformer import malloc
+
+    malloc.apply()  # measure with the allocator settings `asr` runs with (ASR_MALLOC_TUNING=0: glibc's defaults)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="tiny,small,base,large,ref10m")
     p.add_argument("--precisions", default="fp32,bf16")

@@ -1,0 +1,55 @@
+"""The glibc malloc tunables that `asr` re-executes itself with (asr_transformer/malloc.py)."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from asr_transformer import malloc
+
+
+def test_tuned_environment_sets_tunables_once_and_respects_the_user():
+    env = malloc.tuned_environment({"PATH": "/bin"}, "glibc 2.36")
+    assert env == {"PATH": "/bin", "GLIBC_TUNABLES": malloc.TUNABLES}
+    assert malloc.tuned_environment(env, "glibc 2.36") is None  # after the re-exec: nothing more to do
+    other = malloc.tuned_environment({"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}, "glibc 2.36")
+    assert other["GLIBC_TUNABLES"] == "glibc.pthread.rseq=0:" + malloc.TUNABLES  # kept, ours appended
+    assert malloc.tuned_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, "glibc 2.36") is None
+    assert malloc.tuned_environment({malloc.OPT_OUT: "0"}, "glibc 2.36") is None
+    assert malloc.tuned_environment({}, None) is None  # macOS, musl: not glibc
+
+
+REUSE = textwrap.dedent("""
+    import os, resource, sys
+    from asr_transformer import malloc
+    malloc.apply()
+    import torch
+    faults = []
+    for _ in range(3):  # a 64 MiB tensor, allocated, written and freed three times
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        x = torch.empty(16 * 2**20).fill_(1.0)
+        del x
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    print(os.environ.get("GLIBC_TUNABLES"), faults[-1])
+""")
+
+
+THP_PATH = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+THP_ALWAYS = THP_PATH.exists() and "[always]" in THP_PATH.read_text()
+
+
+@pytest.mark.skipif(not (malloc._libc() or "").startswith("glibc"), reason="needs glibc")
+@pytest.mark.parametrize("tuned", [True, False])
+def test_reexecuted_process_reuses_freed_memory_without_page_faults(tuned):
+    env = {"ASR_MALLOC_TUNING": "1" if tuned else "0", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", REUSE], capture_output=True, text=True, env=env, check=True)
+    tunables, faults = out.stdout.split()
+    if tuned:
+        assert tunables == malloc.TUNABLES
+        assert int(faults) < 1000  # the freed block is reused
+    else:
+        assert tunables == "None"
+        if not THP_ALWAYS:  # glibc's default: a fresh mapping, faulted in page by page (16,384 × 4 KiB)
+            assert int(faults) > 8000
