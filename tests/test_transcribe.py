@@ -224,6 +224,17 @@ def test_cli_stdin(package, tmp_path):
     assert len(_times((out / "stdin.srt").read_text(), ",")) == 2
 
 
+def test_command_reads_stdin_after_restarting_with_malloc_tunables(package, tmp_path):
+    """The real entry point (`python -m asr_transformer`) re-executes itself before reading stdin."""
+    x, _ = tones_with_silences([0.8, 1.2])
+    data = write_wav(tmp_path / "in.wav", x).read_bytes()
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "ASR_MALLOC_TUNING")}
+    proc = subprocess.run([sys.executable, "-m", "asr_transformer", "transcribe", "-", "-m", str(package),
+                           "--mode", "ctc", "--threads", "1"], input=data, capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().strip() == "a a"
+
+
 def test_cli_srt_to_stdout(package, tmp_path):
     x, _ = tones_with_silences([0.8])
     wav = write_wav(tmp_path / "one.wav", x)
