@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from asr_transformer.model.mask import causal_mask, lengths_to_mask
+from asr_transformer.model.mask import causal_mask, key_padding_mask
 from asr_transformer.model.tokens import SOS
 
 
@@ -39,7 +39,7 @@ def decoder_logits(model, kv: list[torch.Tensor], enc_mask: torch.Tensor, tokens
     dec = model.decoder
     N, L = tokens.shape
     # masks that allow everything are left out (the attention then skips the masking work)
-    mask = None if bool((token_lens == L).all()) else lengths_to_mask(token_lens, L).unsqueeze(1)  # (N, 1, L)
+    mask = key_padding_mask(token_lens, L)  # (N, 1, L) or None
     if causal:
         mask = causal_mask(L, tokens.device).unsqueeze(0) if mask is None else mask & causal_mask(L, tokens.device)
     memory_mask = None if bool(enc_mask.all()) else enc_mask.unsqueeze(1)

@@ -14,7 +14,7 @@ from asr_transformer.config import ModelConfig
 from asr_transformer.model.attention import MultiHeadAttention
 from asr_transformer.model.dropout import Dropout
 from asr_transformer.model.embedding import Conv2dSubsampling, PositionalEncoding
-from asr_transformer.model.mask import lengths_to_mask
+from asr_transformer.model.mask import key_padding_mask
 
 
 class FeedForward(nn.Module):
@@ -146,8 +146,7 @@ class Encoder(nn.Module):
         (InterCTC); None when layer = 0."""
         x, lengths = self.subsampling(feats, lengths)
         x = self.pos(x)
-        # (B, 1, T'); left out when nothing is padded (one utterance alone), which skips the masking work
-        mask = None if bool((lengths == x.size(1)).all()) else lengths_to_mask(lengths, x.size(1)).unsqueeze(1)
+        mask = key_padding_mask(lengths, x.size(1))  # (B, 1, T') or None
         intermediate = None
         for i, block in enumerate(self.layers, 1):
             x = block(x, mask)

@@ -15,6 +15,12 @@ def lengths_to_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.
     return torch.arange(max_len, device=lengths.device) < lengths.unsqueeze(-1)
 
 
+def key_padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor | None:
+    """lengths (B,) → (B, 1, max_len) bool attention mask over keys, or None when no position is padded
+    (one utterance alone): attention and the Conformer convolution then skip the masking work."""
+    return None if bool((lengths == max_len).all()) else lengths_to_mask(lengths, max_len).unsqueeze(1)
+
+
 def causal_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     """(size, size) bool, lower triangular: position i may attend to positions ≤ i."""
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
