@@ -44,13 +44,18 @@ def _libc() -> str | None:
         return None
 
 
+def active() -> bool:
+    """Whether this process runs with `TUNABLES` (the benches record it)."""
+    return TUNABLES in os.environ.get("GLIBC_TUNABLES", "")
+
+
 def apply() -> None:
     """Re-execute this process with `TUNABLES` set, once; returns when they are set or not applicable.
 
     Call it first thing in a command's entry point, before torch is imported (it does not return when it
     re-executes)."""
     env = tuned_environment(dict(os.environ), _libc())
-    if env is None or not getattr(sys, "orig_argv", None):
+    if env is None or not sys.orig_argv:
         return
     sys.stdout.flush()
     sys.stderr.flush()

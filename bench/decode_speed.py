@@ -201,7 +201,7 @@ def run_one(job: dict) -> dict:
               "peak_rss_mb": round(rss.peak, 1), "delta_rss_mb": round(rss.peak - rss_before, 1),
               "process_max_rss_mb": round(_peak_mb(), 1),
               "params_m": round(model.count_parameters() / 1e6, 2),
-              "malloc_tuned": malloc.TUNABLES in os.environ.get("GLIBC_TUNABLES", "")}
+              "malloc_tuned": malloc.active()}
     if calibration is not None:
         result["ctc_scale"], result["ctc_blank_bias"] = round(calibration[0], 2), round(calibration[1], 2)
         result["max_len_ratio"] = round(ratio, 4)

@@ -102,7 +102,7 @@ def measure(name: str, args) -> dict:
         "matmul_peak_GFLOP_per_s": round(peak / 1e9, 1),
         "fraction_of_peak": round(flops / seconds / peak, 3),
         "peak_rss_MB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "malloc_tuned": malloc.TUNABLES in os.environ.get("GLIBC_TUNABLES", ""),
+        "malloc_tuned": malloc.active(),
     }
 
 

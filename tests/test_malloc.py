@@ -32,7 +32,7 @@ REUSE = textwrap.dedent("""
         x = torch.empty(16 * 2**20).fill_(1.0)
         del x
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    print(os.environ.get("GLIBC_TUNABLES"), faults[-1])
+    print(os.environ.get("GLIBC_TUNABLES"), malloc.active(), faults[-1])
 """)
 
 
@@ -45,7 +45,8 @@ THP_ALWAYS = THP_PATH.exists() and "[always]" in THP_PATH.read_text()
 def test_reexecuted_process_reuses_freed_memory_without_page_faults(tuned):
     env = {"ASR_MALLOC_TUNING": "1" if tuned else "0", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", REUSE], capture_output=True, text=True, env=env, check=True)
-    tunables, faults = out.stdout.split()
+    tunables, active, faults = out.stdout.split()
+    assert active == str(tuned)
     if tuned:
         assert tunables == malloc.TUNABLES
         assert int(faults) < 1000  # the freed block is reused
