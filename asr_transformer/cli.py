@@ -13,7 +13,9 @@ import typer
 
 app = typer.Typer(
     help="asr-transformer: train a Transformer speech recognizer on your data and transcribe audio.\n\n"
-    "Pipeline: prepare → tokenizer → train → average → decode → score; transcribe any audio file.",
+    "Pipeline: prepare → tokenizer → train → average → decode → score; transcribe any audio file.\n\n"
+    "On Linux `asr` restarts itself once with glibc malloc tunables that reuse freed memory on huge pages "
+    "(faster on CPUs); ASR_MALLOC_TUNING=0 turns this off.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
 )
 prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manifests.", no_args_is_help=True)

@@ -54,3 +54,13 @@ def test_reexecuted_process_reuses_freed_memory_without_page_faults(tuned):
         assert tunables == "None"
         if not THP_ALWAYS:  # glibc's default: a fresh mapping, faulted in page by page (16,384 × 4 KiB)
             assert int(faults) > 8000
+
+
+def test_help_names_the_opt_out():
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert malloc.OPT_OUT + "=0" in result.output
