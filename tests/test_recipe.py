@@ -73,3 +73,19 @@ def test_fsdd_recipe_adds_synthetic_digits_to_training_unless_told_not_to(tmp_pa
     assert "--train-manifest train_tts.jsonl" in steps
     steps = planned("TTS_HOURS=0")
     assert "asr prepare synthetic" not in steps and "--train-manifest train.jsonl" in steps
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told_not_to(tmp_path):
+    def planned(*args):
+        cmd = ["make", "-n", "-C", str(ROOT / "recipes/kathleen"), "ASR=asr", f"DATA={tmp_path / 'data'}",
+               f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen", "lm", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+    data = tmp_path / "data"
+    steps = planned()
+    assert f"local/english_text.py --exclude {data}/dev.jsonl {data}/test.jsonl" in steps
+    assert f"{data}/english_words_1000000.txt {data}/english_text.txt --tokenizer" in steps
+    assert f"--out {data}/lm_8gram_words1000000_text.arpa" in steps
+    steps = planned("ENGLISH_TEXT=0")
+    assert "english_text" not in steps and f"--out {data}/lm_8gram_words1000000.arpa" in steps
