@@ -18,13 +18,14 @@ TRAIN_SET ?= train
 TEST    ?= test
 # LM_ORDER > 0: train a token n-gram LM of that order on the training texts (`asr lm`) and decode
 # $(LM_MODES) with it again (shallow fusion, weight LM_WEIGHT, length bonus LM_LENGTH_PENALTY) into
-# $(EXP)/decode_$(TEST)_lm, beside the decoding without it. LM_TEXT: more plain-text files (one text a
+# $(EXP)/decode_$(TEST)_lm (beam LM_BEAM), beside the decoding without it. LM_TEXT: more plain-text files (one text a
 # line) for the LM, never a test set's.
 LM_ORDER ?= 0
 LM_TEXT ?=
 LM_WEIGHT ?= 0.3
 LM_LENGTH_PENALTY ?= 0.0
 LM_MODES ?= joint
+LM_BEAM ?= $(BEAM)
 LM      ?= $(DATA)/lm_$(LM_ORDER)gram.arpa
 
 .PHONY: all prepare tokenizer lm train average decode score plot clean
@@ -57,7 +58,7 @@ $(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
 ifneq ($(LM_ORDER),0)
 decode: $(EXP)/decode_$(TEST)_lm/done
 $(EXP)/decode_$(TEST)_lm/done: $(EXP)/model.pt $(LM)
-	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(LM_MODES) --beam $(BEAM) --ctc-weight $(CTC_WEIGHT) \
+	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
 		--lm $(LM) --lm-weight $(LM_WEIGHT) --length-penalty $(LM_LENGTH_PENALTY) --threads $(THREADS) \
 		--out $(EXP)/decode_$(TEST)_lm --no-score
 	touch $@

@@ -67,8 +67,8 @@ def decode_rows(decode_dir: Path) -> list[str]:
         mode = rtf.get("mode", d.name)
         if rtf.get("lm"):
             options = rtf.get("options", {})
-            mode += (f" + {rtf.get('lm_order', '?')}-gram LM `{Path(rtf['lm']).name}` (weight {options.get('lm_weight'):g}, "
-                     f"length bonus {options.get('length_penalty', 0.0):g})")
+            mode += (f" + {rtf.get('lm_order', '?')}-gram LM `{Path(rtf['lm']).name}` (beam {options.get('beam')}, "
+                     f"weight {options.get('lm_weight'):g}, length bonus {options.get('length_penalty', 0.0):g})")
         rows.append(f"| {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {100 * result['ser']:.2f} | "
                     f"{rtf.get('rtf', float('nan')):.4f} | {rtf.get('threads', '')} |")
     return rows

@@ -57,7 +57,7 @@ def test_default_recipe_in_miniature(tmp_path):
             'LM_MODES=beam TRAIN_ARGS="--set train.max_epochs=2 --set train.max_minutes=0.0001"`'
             ) in text  # data.min_duration=0.1 is the default
     assert "1 epochs (of train.max_epochs=2: what fitted in train.max_minutes=0.0001)" in text
-    assert "| greedy |" in text and "| ctc |" in text and "| beam + 2-gram LM `lm_2gram.arpa` (weight 0.2, length bonus 0) |" in text
+    assert "| greedy |" in text and "| ctc |" in text and "| beam + 2-gram LM `lm_2gram.arpa` (beam 2, weight 0.2, length bonus 0) |" in text
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
