@@ -17,9 +17,9 @@ TRAIN_ARGS ?=
 TRAIN_SET ?= train
 TEST    ?= test
 # LM_ORDER > 0: train a token n-gram LM of that order on the training texts (`asr lm`) and decode
-# $(LM_MODES) with it again (shallow fusion, weight LM_WEIGHT, length bonus LM_LENGTH_PENALTY) into
-# $(EXP)/decode_$(TEST)_lm (beam LM_BEAM), beside the decoding without it. LM_TEXT: more plain-text files (one text a
-# line) for the LM, never a test set's.
+# $(LM_MODES) with it again (shallow fusion, weight LM_WEIGHT, length bonus LM_LENGTH_PENALTY, beam
+# LM_BEAM) into $(EXP)/decode_$(TEST)_lm, beside the decoding without it. LM_TEXT: more plain-text
+# files (one text a line) for the LM, never a test set's.
 LM_ORDER ?= 0
 LM_TEXT ?=
 LM_WEIGHT ?= 0.3

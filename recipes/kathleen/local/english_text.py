@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
-import json
 import lzma
 import re
 import shutil
@@ -132,11 +131,16 @@ def find_debs(debs: Path | None, cache: Path) -> dict[str, Path]:
 
 
 def excluded_ngrams(manifests: list[Path]) -> set[tuple[str, ...]]:
+    """Every run of EXCLUDE_NGRAM words in the texts of `manifests`."""
+    from asr_transformer.data.manifest import ManifestError, read_manifest
+
     grams = set()
     for path in manifests:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            w = words(record.get("text", ""))
+        try:
+            texts = [u.text for u in read_manifest(path)]
+        except ManifestError as e:
+            sys.exit(str(e))
+        for w in map(words, texts):
             grams.update(tuple(w[i:i + EXCLUDE_NGRAM]) for i in range(len(w) - EXCLUDE_NGRAM + 1))
     return grams
 
@@ -170,7 +174,7 @@ def main() -> None:
                     continue
                 f.write(s + "\n")
                 kept += 1
-            counts[f"{deb.name}"] = kept
+            counts[deb.name] = kept
     print(f"{args.out}: " + ", ".join(f"{n} sentences from {d}" for d, n in counts.items())
           + f"; {dropped} left out for sharing {EXCLUDE_NGRAM} words in a row with {', '.join(map(str, args.exclude))}")
 
