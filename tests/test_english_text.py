@@ -51,13 +51,17 @@ def debs(tmp_path: Path) -> Path:
     return d
 
 
+def script(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+
 def run(tmp_path: Path, debs: Path, *exclude: str) -> tuple[list[str], str]:
     manifest = tmp_path / "test.jsonl"
     manifest.write_text(json.dumps({"format": "asr-manifest", "version": 1}) + "\n" + "".join(
         json.dumps({"id": f"u{i}", "audio": "x.flac", "duration": 1.0, "text": t}) + "\n" for i, t in enumerate(exclude)))
     out = tmp_path / "english_text.txt"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--debs", str(debs), "--exclude", str(manifest), "--out", str(out)],
-                          capture_output=True, text=True, check=True)
+    done = script("--debs", debs, "--exclude", manifest, "--out", out)
+    assert done.returncode == 0, done.stderr
     return out.read_text().splitlines(), done.stdout
 
 
@@ -83,8 +87,7 @@ def test_held_out_prompts_are_left_out(tmp_path, debs):
 
 def test_missing_package_is_named(tmp_path, debs):
     (debs / "dict-gcide_0.48_all.deb").unlink()
-    done = subprocess.run([sys.executable, str(SCRIPT), "--debs", str(debs), "--out", str(tmp_path / "o.txt")],
-                          capture_output=True, text=True)
+    done = script("--debs", debs, "--out", tmp_path / "o.txt")
     assert done.returncode != 0 and "dict-gcide_*.deb" in done.stderr
     assert not (tmp_path / "o.txt").exists()
 
@@ -92,7 +95,6 @@ def test_missing_package_is_named(tmp_path, debs):
 def test_damaged_package_is_named(tmp_path, debs):
     broken = debs / "wordnet-base_3.0_all.deb"
     broken.write_bytes(broken.read_bytes()[:200])
-    done = subprocess.run([sys.executable, str(SCRIPT), "--debs", str(debs), "--out", str(tmp_path / "o.txt")],
-                          capture_output=True, text=True)
+    done = script("--debs", debs, "--out", tmp_path / "o.txt")
     assert done.returncode != 0 and str(broken) in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o.txt").exists()

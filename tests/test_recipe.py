@@ -87,5 +87,6 @@ def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told
     assert f"local/english_text.py --exclude {data}/dev.jsonl {data}/test.jsonl" in steps
     assert f"{data}/english_words_1000000.txt {data}/english_text.txt --tokenizer" in steps
     assert f"--out {data}/lm_8gram_words1000000_text.arpa" in steps
+    assert f"--debs /mirror/debs --out {data}/english_text.txt" in planned("DEBS=/mirror/debs")
     steps = planned("ENGLISH_TEXT=0")
     assert "english_text" not in steps and f"--out {data}/lm_8gram_words1000000.arpa" in steps

@@ -30,12 +30,13 @@ import tarfile
 import zlib
 from pathlib import Path
 
+from english_words import WORD  # this folder's: what the kathleen normalizer keeps
+
 PACKAGES = {  # package → the files read from it
     "fortunes": "./usr/share/games/fortunes/",
     "wordnet-base": "./usr/share/wordnet/data.",
     "dict-gcide": "./usr/share/dictd/gcide.dict.dz",
 }
-WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")  # what the kathleen normalizer keeps: letters and inner apostrophes
 SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
 MIN_WORDS = 4
 EXCLUDE_NGRAM = 5
@@ -43,6 +44,11 @@ EXCLUDE_NGRAM = 5
 
 def words(text: str) -> list[str]:
     return WORD.findall(text.lower().replace("\u2019", "'"))
+
+
+def ngrams(w: list[str]):
+    """The runs of EXCLUDE_NGRAM words in `w`, as tuples."""
+    return (tuple(w[i:i + EXCLUDE_NGRAM]) for i in range(len(w) - EXCLUDE_NGRAM + 1))
 
 
 def sentences(text: str):
@@ -111,8 +117,11 @@ def read_package(package: str, deb: Path):
 
 def find_debs(debs: Path | None, cache: Path) -> dict[str, Path]:
     """The .deb of every package: from `debs`, else downloaded into `cache` with apt-get."""
+    def found_in(folder: Path) -> dict[str, list[Path]]:
+        return {p: sorted(folder.glob(f"{p}_*.deb")) for p in PACKAGES}
+
     where = debs or cache
-    found = {p: sorted(where.glob(f"{p}_*.deb")) for p in PACKAGES}
+    found = found_in(where)
     missing = [p for p, hits in found.items() if not hits]
     if missing and debs is None:
         if shutil.which("apt-get") is None:
@@ -123,7 +132,7 @@ def find_debs(debs: Path | None, cache: Path) -> dict[str, Path]:
         if run.returncode != 0:
             sys.exit(f"apt-get download {' '.join(missing)} failed:\n{run.stderr.strip()}\n"
                      "(pass --debs DIR with the .deb files, or run make with ENGLISH_TEXT=0)")
-        found = {p: sorted(cache.glob(f"{p}_*.deb")) for p in PACKAGES}
+        found = found_in(cache)
         missing = [p for p, hits in found.items() if not hits]
     if missing:
         sys.exit(f"no {', '.join(f'{p}_*.deb' for p in missing)} in {where}")
@@ -141,7 +150,7 @@ def excluded_ngrams(manifests: list[Path]) -> set[tuple[str, ...]]:
         except ManifestError as e:
             sys.exit(str(e))
         for w in map(words, texts):
-            grams.update(tuple(w[i:i + EXCLUDE_NGRAM]) for i in range(len(w) - EXCLUDE_NGRAM + 1))
+            grams.update(ngrams(w))
     return grams
 
 
@@ -165,11 +174,10 @@ def main() -> None:
             except (ValueError, OSError, EOFError, tarfile.TarError, lzma.LZMAError, zlib.error) as e:
                 sys.exit(f"{deb}: {e}" if str(deb) not in str(e) else str(e))
             for s in texts:
-                w = s.split()
                 if s in seen:
                     continue
                 seen.add(s)
-                if any(tuple(w[i:i + EXCLUDE_NGRAM]) in held_out for i in range(len(w) - EXCLUDE_NGRAM + 1)):
+                if any(g in held_out for g in ngrams(s.split())):
                     dropped += 1
                     continue
                 f.write(s + "\n")

@@ -19,7 +19,7 @@ from importlib.metadata import version
 
 import numpy as np
 
-WORD = re.compile(r"[a-z]+('[a-z]+)?")  # what the kathleen normalizer keeps: letters and inner apostrophes
+WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")  # what the kathleen normalizer keeps: letters and inner apostrophes
 
 
 def main() -> None:
