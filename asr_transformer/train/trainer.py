@@ -228,10 +228,9 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     say(f"dev:   {dev_counts.summary()}")
     if not train_utts or not dev_utts:
         raise TrainError("nothing left to train or validate on after filtering; see the counts above")
-    slowest = min(cfg.augment.speed_factors)
-    train_frames = [math.ceil(n / slowest) for n in utterance_frames(train_utts, cfg.features)]
-    sampler = FrameBatchSampler(train_frames, cfg.data.max_frames, cfg.data.max_batch, seed=tc.seed,
-                                jitter=cfg.data.bucket_width, rank=dist.rank, world=dist.world)
+    sampler = FrameBatchSampler(utterance_frames(train_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
+                                seed=tc.seed, jitter=cfg.data.bucket_width, rank=dist.rank, world=dist.world,
+                                factors=cfg.augment.speed_factors)
     train_set = UtteranceDataset(train_utts, train_ids, tokenizer, cfg.features, cfg.augment, seed=tc.seed,
                                  cache_audio=cfg.data.cache_audio)
     train_loader = make_loader(train_set, sampler, cfg.data.num_workers)
@@ -300,7 +299,9 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             sampler.set_epoch(state.epoch, start=state.batch)
             model.train()
             n_batches = len(sampler.batches(state.epoch))
-            total_steps = steps_per_epoch * epochs()  # where the cosine schedule reaches 0
+            # where the cosine schedule reaches 0 (with speed perturbation epochs differ by a batch or so,
+            # so it ends a few steps early or late, at a learning rate of ~1e-4 of the peak)
+            total_steps = steps_per_epoch * epochs()
             micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
             frames_done = 0
             norms: list[float] = []  # gradient norms before clipping, this process's steps of the epoch
