@@ -7,8 +7,9 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import AudioError
+from asr_transformer.data.features import fbank, num_frames, speed_perturb
 from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, UtteranceDataset, filter_utterances,
-                                         make_loader, round_up, utterance_frames)
+                                         make_loader, perturbed_frames, round_up, speed_factor, utterance_frames)
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import train_tokenizer
 
@@ -43,6 +44,42 @@ def test_bucketing_keeps_padding_low():
 def test_too_long_utterance_is_reported():
     with pytest.raises(ValueError, match="longer than data.max_frames"):
         FrameBatchSampler([100, 5000], 1000, 10)
+    with pytest.raises(ValueError, match="longer than data.max_frames=1000 frames at speed 0.9"):
+        FrameBatchSampler([100, 950], 1000, 10, factors=[0.9, 1.0])  # fits at speed 1, not at 0.9
+
+
+def test_speed_factor_is_a_function_of_seed_epoch_and_utterance():
+    factors = [0.9, 1.0, 1.1]
+    draws = [speed_factor(factors, 5, 2, i) for i in range(3000)]
+    assert draws == [speed_factor(factors, 5, 2, i) for i in range(3000)]
+    assert draws != [speed_factor(factors, 5, 3, i) for i in range(3000)]
+    assert all(900 < draws.count(f) < 1100 for f in factors)
+    assert speed_factor([1.0], 5, 2, 7) == 1.0
+
+
+@pytest.mark.parametrize("factor", [0.8, 0.9, 1.0, 1.1, 1.2])
+def test_perturbed_frames_bounds_the_frames_of_perturbed_audio(factor):
+    rng = random.Random(0)
+    for _ in range(40):
+        samples = rng.randint(400, 60000)
+        got = fbank(speed_perturb(torch.zeros(samples), factor)).shape[0]
+        estimate = perturbed_frames(num_frames(samples), factor)
+        assert got <= estimate <= got + 3
+
+
+def test_batches_are_planned_at_each_utterances_speed():
+    frames, factors = lengths(1000), [0.9, 1.0, 1.1]
+    sampler = FrameBatchSampler(frames, 20000, 200, seed=4, factors=factors)
+    slowest = FrameBatchSampler([perturbed_frames(n, 0.9) for n in frames], 20000, 200, seed=4)  # the old plan
+    played = sampler.epoch_frames(1)
+    assert played == [perturbed_frames(n, speed_factor(factors, 4, 1, i)) for i, n in enumerate(frames)]
+
+    def padded(batches):
+        return sum(len(b) * round_up(max(played[i] for i in b), FRAME_MULTIPLE) for b in batches)
+
+    for b in sampler.batches(1):
+        assert len(b) * round_up(max(played[i] for i in b), FRAME_MULTIPLE) <= 20000
+    assert sum(played) / padded(sampler.batches(1)) > 0.88 > 0.85 > sum(played) / padded(slowest.batches(1))
 
 
 def test_shards_are_disjoint_and_resume_skips():
@@ -87,14 +124,16 @@ def test_loader_batches_pad_and_augment_deterministically(corpus):
     kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
     aug = AugmentConfig(speed_factors=[0.9, 1.0, 1.1], time_warp=3)
     ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=7, cache_audio=True)
-    sampler = FrameBatchSampler([int(f / 0.9) + 1 for f in utterance_frames(kept, FeatureConfig())], 400, 8, seed=7)
+    sampler = FrameBatchSampler(utterance_frames(kept, FeatureConfig()), 400, 8, seed=7, factors=aug.speed_factors)
     first = list(make_loader(ds, sampler))
     again = list(make_loader(ds, sampler))
     for a, b in zip(first, again):
         assert a.ids == b.ids and torch.equal(a.feats, b.feats)
+    planned = dict(zip([u.id for u in kept], sampler.epoch_frames(0)))
     for batch in first:
         assert batch.feats.shape[0] * batch.feats.shape[1] <= 400
         for i, n in enumerate(batch.feat_lens.tolist()):
+            assert planned[batch.ids[i]] - 3 <= n <= planned[batch.ids[i]]  # played at the planned speed
             assert torch.all(batch.feats[i, n:] == 0)
             assert batch.tokens[i, batch.token_lens[i]:].eq(-1).all()
             assert tok.decode(batch.tokens[i, :batch.token_lens[i]].tolist()) == batch.texts[i]

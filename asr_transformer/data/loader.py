@@ -46,8 +46,8 @@ def speed_factor(factors, seed: int, epoch: int, index: int) -> float:
 
 
 def perturbed_frames(frames: int, factor: float) -> int:
-    """Feature frames of an utterance of `frames` frames played `factor`× faster; at most 2 more than it
-    gets (the window's overhang and the resampler's rounding), never fewer."""
+    """Feature frames of an utterance of `frames` frames played `factor`× faster: never fewer than it gets
+    (for factors ≥ 0.75), at most 3 more (the window's overhang and the resampler's rounding)."""
     return frames if factor == 1.0 else int(frames / factor) + 2
 
 
