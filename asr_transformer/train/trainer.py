@@ -299,8 +299,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             sampler.set_epoch(state.epoch, start=state.batch)
             model.train()
             n_batches = len(sampler.batches(state.epoch))
-            # where the cosine schedule reaches 0 (with speed perturbation epochs differ by a batch or so,
-            # so it ends a few steps early or late, at a learning rate of ~1e-4 of the peak)
+            # where the cosine schedule reaches 0: epoch 0's steps × the planned epochs (with speed perturbation
+            # the epochs' batch counts differ by ~1 %, so the decay ends up to ~1 % of the steps early or late)
             total_steps = steps_per_epoch * epochs()
             micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
             frames_done = 0
