@@ -108,25 +108,40 @@ def config_overrides(recipe: Path, exp: Path, ran: dict) -> list[str]:
     return overrides
 
 
+def decode_runs(exp: Path, lm: bool) -> list[dict]:
+    """The rtf.json of each decoding in `exp` (decode_<set>/rtf.json for one mode, decode_<set>/<mode>/rtf.json
+    for several), from the directories with an LM (decode_<set>_lm) or from those without."""
+    runs = []
+    for d in sorted(exp.glob("decode_*")):
+        if d.is_dir() and d.name.endswith("_lm") == lm:
+            runs += [json.loads(p.read_text()) for p in [*d.glob("rtf.json"), *sorted(d.glob("*/rtf.json"))]]
+    return runs
+
+
 def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
-    """`make -C recipes/<corpus>` plus CONF/EXP/CTC_WEIGHT/TRAIN_ARGS where the run differs from the defaults."""
+    """`make -C recipes/<corpus>` plus CONF/EXP/AVERAGE/CTC_WEIGHT/BEAM/LM_*/TRAIN_ARGS where the run differs
+    from the defaults."""
     name = exp.relative_to(recipe).as_posix()
     conf = conf_file(recipe, exp).relative_to(recipe).as_posix()
     args = [] if makefile_default(recipe, "EXP") == name else [f"CONF={conf}", f"EXP={name}"]
     average = averaging(exp)
     if average and average != makefile_default(recipe, "AVERAGE"):
         args.append(f'AVERAGE="{average}"')
-    weights = {json.loads(p.read_text()).get("options", {}).get("ctc_weight") for p in exp.glob("decode_*/*/rtf.json")}
-    weights.discard(None)
-    default = makefile_default(recipe, "CTC_WEIGHT")
-    if len(weights) == 1 and float(next(iter(weights))) != float(default):
+    plain, with_lm = decode_runs(exp, lm=False), decode_runs(exp, lm=True)
+    weights = {run.get("options", {}).get("ctc_weight") for run in plain + with_lm} - {None}
+    if len(weights) == 1 and float(next(iter(weights))) != float(makefile_default(recipe, "CTC_WEIGHT")):
         args.append(f"CTC_WEIGHT={next(iter(weights))}")
-    for rtf_path in sorted(exp.glob("decode_*_lm/**/rtf.json")):  # the LM decoding's settings
-        rtf = json.loads(rtf_path.read_text())
-        options = rtf.get("options", {})
-        for variable, value in (("LM_ORDER", rtf.get("lm_order")), ("LM_WEIGHT", options.get("lm_weight")),
-                                ("LM_LENGTH_PENALTY", options.get("length_penalty")), ("LM_MODES", rtf.get("mode"))):
+    beams = {run.get("options", {}).get("beam") for run in plain} - {None}
+    beam = next(iter(beams)) if len(beams) == 1 else _number(makefile_default(recipe, "BEAM"))
+    if len(beams) == 1 and beam != _number(makefile_default(recipe, "BEAM")):
+        args.append(f"BEAM={beam}")
+    for run in with_lm:  # the LM decoding's settings
+        options = run.get("options", {})
+        for variable, value in (("LM_ORDER", run.get("lm_order")), ("LM_WEIGHT", options.get("lm_weight")),
+                                ("LM_LENGTH_PENALTY", options.get("length_penalty")), ("LM_MODES", run.get("mode")),
+                                ("LM_BEAM", options.get("beam"))):
             default = makefile_default(recipe, variable)
+            default = str(beam) if default == "$(BEAM)" else default  # LM_BEAM defaults to BEAM
             same = default == str(value) or (variable != "LM_MODES" and _number(default) == _number(value))
             if value is not None and not same and f"{variable}=" not in " ".join(args):
                 args.append(f"{variable}={value:g}" if isinstance(value, float) else f"{variable}={value}")

@@ -53,9 +53,9 @@ def test_default_recipe_in_miniature(tmp_path):
     assert report.returncode == 0, report.stderr[-3000:]
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## synthetic: `exp/tiny`" in text
-    assert ('- Reproduce: `make -C recipes/synthetic CONF=conf/tiny.yaml EXP=exp/tiny LM_ORDER=2 LM_WEIGHT=0.2 '
+    assert ('- Reproduce: `make -C recipes/synthetic CONF=conf/tiny.yaml EXP=exp/tiny BEAM=2 LM_ORDER=2 LM_WEIGHT=0.2 '
             'LM_MODES=beam TRAIN_ARGS="--set train.max_epochs=2 --set train.max_minutes=0.0001"`'
-            ) in text  # data.min_duration=0.1 is the default
+            ) in text  # data.min_duration=0.1 is the default; LM_BEAM is BEAM, so not repeated
     assert "1 epochs (of train.max_epochs=2: what fitted in train.max_minutes=0.0001)" in text
     assert "| greedy |" in text and "| ctc |" in text and "| beam + 2-gram LM `lm_2gram.arpa` (beam 2, weight 0.2, length bonus 0) |" in text
 
