@@ -7,7 +7,7 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import AudioError
-from asr_transformer.data.features import fbank, num_frames, speed_perturb
+from asr_transformer.data.features import add_noise, fbank, num_frames, speed_perturb
 from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, UtteranceDataset, filter_utterances,
                                          make_loader, perturbed_frames, round_up, speed_factor, utterance_frames)
 from asr_transformer.data.manifest import Utterance
@@ -165,3 +165,31 @@ def test_dither_caches_the_waveform_not_the_features(corpus):
     a, b = ds[(0, 0)][1], ds[(0, 0)][1]
     assert not torch.equal(a, b)  # fresh dither every time
     assert list(ds.cache) == [(0, 0.0)]  # the waveform
+
+
+def test_noise_is_drawn_per_epoch_and_utterance_at_the_asked_snr(corpus):
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    no_masks = dict(freq_masks=0, time_masks=0)
+    clean = UtteranceDataset(kept, ids, tok, FeatureConfig(), AugmentConfig(**no_masks), seed=3)
+    aug = AugmentConfig(noise_prob=0.5, noise_snr=[0.0, 10.0], **no_masks)
+    noisy = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3, cache_audio=True)
+    snrs = [noisy.noise_snr(e, i) for e in range(40) for i in range(len(kept))]
+    drawn = [s for s in snrs if s is not None]
+    assert 0.3 < len(drawn) / len(snrs) < 0.7 and all(0.0 <= s <= 10.0 for s in drawn)
+    assert snrs == [noisy.noise_snr(e, i) for e in range(40) for i in range(len(kept))]  # a pure function
+    e, i = next((e, i) for e in range(40) for i in range(len(kept)) if noisy.noise_snr(e, i) is not None)
+    a, b = noisy[(i, e)][1], noisy[(i, e)][1]
+    assert torch.equal(a, b) and not torch.equal(a, clean[(i, e)][1])  # the same noise each time it is asked
+    e, i = next((e, i) for e in range(40) for i in range(len(kept)) if noisy.noise_snr(e, i) is None)
+    assert torch.equal(noisy[(i, e)][1], clean[(i, e)][1])
+    with pytest.raises(ValueError, match="noise_snr"):
+        UtteranceDataset(kept, ids, tok, FeatureConfig(), AugmentConfig(noise_prob=0.5, noise_snr=[20.0, 10.0]))
+
+
+@pytest.mark.parametrize("snr", [0.0, 10.0, 30.0])
+def test_add_noise_reaches_the_snr(snr):
+    wave = torch.sin(torch.arange(16000) * 0.05) * 0.3
+    noisy = add_noise(wave, snr, torch.Generator().manual_seed(0))
+    measured = 10 * torch.log10(wave.pow(2).mean() / (noisy - wave).pow(2).mean())
+    assert abs(float(measured) - snr) < 0.1

@@ -125,6 +125,16 @@ def speed_perturb(waveform: torch.Tensor, factor: float) -> torch.Tensor:
     return AF.resample(waveform, orig // g, new // g)
 
 
+def add_noise(waveform: torch.Tensor, snr_db: float, rng: torch.Generator) -> torch.Tensor:
+    """White Gaussian noise at `snr_db` below the waveform's mean power: (samples,) → (samples,).
+
+    A different noise floor for every utterance and epoch, so that a recording's own floor (its microphone
+    and room) stops telling its speaker apart."""
+    power = waveform.pow(2).mean()
+    noise = torch.randn(waveform.shape, generator=rng, dtype=waveform.dtype)
+    return waveform + noise * (power / 10 ** (snr_db / 10)).sqrt()
+
+
 def time_warp(feats: torch.Tensor, max_warp: int, rng: torch.Generator) -> torch.Tensor:
     """Warp (frames, bins) in time around a random centre by up to `max_warp` frames."""
     t = feats.shape[0]

@@ -18,7 +18,7 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import load_utterance
-from asr_transformer.data.features import fbank, num_frames, spec_augment, speed_perturb
+from asr_transformer.data.features import add_noise, fbank, num_frames, spec_augment, speed_perturb
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.embedding import subsampled_length
@@ -115,8 +115,8 @@ class UtteranceDataset(torch.utils.data.Dataset):
     """Item ``(index, epoch)`` → (id, features (T, F), token ids, normalized text).
 
     With ``cache_audio`` the features of each (utterance, speed factor) are computed once and kept
-    in memory (SpecAugment is drawn afresh on top of them every epoch); with dither, which makes
-    features random, the decoded waveforms are kept instead.
+    in memory (SpecAugment is drawn afresh on top of them every epoch); with dither or noise, which make
+    features random, the decoded waveforms are kept too.
     """
 
     def __init__(self, utterances: list[Utterance], token_ids: list[list[int]], tokenizer: Tokenizer,
@@ -130,6 +130,11 @@ class UtteranceDataset(torch.utils.data.Dataset):
         self.seed = seed
         self.dither = features.dither if augment is not None else 0.0
         self.cache: dict[tuple[int, float], torch.Tensor] | None = {} if cache_audio else None
+        if augment is not None and augment.noise_prob > 0:
+            snr = augment.noise_snr
+            if not (0.0 <= augment.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
+                raise ValueError(f"augment.noise_prob must be in [0, 1] and augment.noise_snr [low, high] dB, got "
+                                 f"{augment.noise_prob} and {snr}")
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -139,7 +144,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
         if self.cache is not None and key in self.cache:
             return self.cache[key]
         wave = torch.from_numpy(load_utterance(self.utterances[index], self.features.sample_rate))
-        if self.cache is not None and self.dither > 0:
+        if self.cache is not None and (self.dither > 0 or self.augment is not None and self.augment.noise_prob > 0):
             self.cache[key] = wave
         return wave
 
@@ -153,6 +158,18 @@ class UtteranceDataset(torch.utils.data.Dataset):
             self.cache[key] = feats
         return feats
 
+    def noise_snr(self, epoch: int, index: int) -> float | None:
+        """The SNR (dB) of the white noise utterance `index` gets in `epoch`, or None for none; a pure function of
+        (seed, epoch, index), drawn apart from SpecAugment's generator (its masks do not change)."""
+        prob = self.augment.noise_prob if self.augment is not None else 0.0
+        if prob <= 0.0:
+            return None
+        draw = random.Random(hash((self.seed, epoch, index, 2)))  # ints: hash() of str varies by process
+        if draw.random() >= prob:
+            return None
+        low, high = self.augment.noise_snr
+        return draw.uniform(low, high)
+
     def __getitem__(self, key: tuple[int, int]):
         index, epoch = key
         if self.augment is None:
@@ -160,7 +177,14 @@ class UtteranceDataset(torch.utils.data.Dataset):
         else:
             rng = torch.Generator().manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
             factor = speed_factor(self.augment.speed_factors, self.seed, epoch, index)
-            feats = spec_augment(self.feats(index, factor), self.augment, rng)
+            snr = self.noise_snr(epoch, index)
+            if snr is None:
+                feats = self.feats(index, factor)
+            else:  # noisy features are new every epoch: never cached
+                noise_rng = torch.Generator().manual_seed(hash((self.seed, epoch, index, 1)) & 0x7FFF_FFFF_FFFF)
+                wave = add_noise(speed_perturb(self.waveform(index), factor), snr, noise_rng)
+                feats = fbank(wave, self.features, dither=self.dither)
+            feats = spec_augment(feats, self.augment, rng)
         utt = self.utterances[index]
         return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text)
 
