@@ -136,8 +136,9 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
     if len(weights) == 1 and float(next(iter(weights))) != float(makefile_default(recipe, "CTC_WEIGHT")):
         args.append(f"CTC_WEIGHT={next(iter(weights))}")
     beams = {run.get("options", {}).get("beam") for run in plain} - {None}
-    beam = next(iter(beams)) if len(beams) == 1 else _number(makefile_default(recipe, "BEAM"))
-    if len(beams) == 1 and beam != _number(makefile_default(recipe, "BEAM")):
+    default_beam = _number(makefile_default(recipe, "BEAM"))
+    beam = next(iter(beams)) if len(beams) == 1 else default_beam
+    if beam != default_beam:
         args.append(f"BEAM={beam}")
     for run in with_lm:  # the LM decoding's settings
         options = run.get("options", {})

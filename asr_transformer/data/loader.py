@@ -129,12 +129,13 @@ class UtteranceDataset(torch.utils.data.Dataset):
         self.augment = augment
         self.seed = seed
         self.dither = features.dither if augment is not None else 0.0
+        self.noise_prob = augment.noise_prob if augment is not None else 0.0
         self.cache: dict[tuple[int, float], torch.Tensor] | None = {} if cache_audio else None
-        if augment is not None and augment.noise_prob > 0:
+        if self.noise_prob > 0:
             snr = augment.noise_snr
-            if not (0.0 <= augment.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
+            if not (self.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
                 raise ValueError(f"augment.noise_prob must be in [0, 1] and augment.noise_snr [low, high] dB, got "
-                                 f"{augment.noise_prob} and {snr}")
+                                 f"{self.noise_prob} and {snr}")
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -144,28 +145,32 @@ class UtteranceDataset(torch.utils.data.Dataset):
         if self.cache is not None and key in self.cache:
             return self.cache[key]
         wave = torch.from_numpy(load_utterance(self.utterances[index], self.features.sample_rate))
-        if self.cache is not None and (self.dither > 0 or self.augment is not None and self.augment.noise_prob > 0):
+        if self.cache is not None and (self.dither > 0 or self.noise_prob > 0):
             self.cache[key] = wave
         return wave
 
-    def feats(self, index: int, factor: float = 1.0) -> torch.Tensor:
-        """Filterbank features (T, F) of utterance `index` played `factor`× faster."""
+    def feats(self, index: int, factor: float = 1.0, snr: float | None = None,
+              noise_rng: torch.Generator | None = None) -> torch.Tensor:
+        """Filterbank features (T, F) of utterance `index` played `factor`× faster, with white noise at `snr` dB
+        (drawn from `noise_rng`) when given; noisy features are new every time, so never cached."""
         key = (index, factor)
-        if self.cache is not None and key in self.cache:
+        if snr is None and self.cache is not None and key in self.cache:
             return self.cache[key]
-        feats = fbank(speed_perturb(self.waveform(index), factor), self.features, dither=self.dither)
-        if self.cache is not None and self.dither == 0:
+        wave = speed_perturb(self.waveform(index), factor)
+        if snr is not None:
+            wave = add_noise(wave, snr, noise_rng)
+        feats = fbank(wave, self.features, dither=self.dither)
+        if snr is None and self.cache is not None and self.dither == 0:
             self.cache[key] = feats
         return feats
 
     def noise_snr(self, epoch: int, index: int) -> float | None:
         """The SNR (dB) of the white noise utterance `index` gets in `epoch`, or None for none; a pure function of
         (seed, epoch, index), drawn apart from SpecAugment's generator (its masks do not change)."""
-        prob = self.augment.noise_prob if self.augment is not None else 0.0
-        if prob <= 0.0:
+        if self.noise_prob <= 0.0:
             return None
         draw = random.Random(hash((self.seed, epoch, index, 2)))  # ints: hash() of str varies by process
-        if draw.random() >= prob:
+        if draw.random() >= self.noise_prob:
             return None
         low, high = self.augment.noise_snr
         return draw.uniform(low, high)
@@ -178,13 +183,9 @@ class UtteranceDataset(torch.utils.data.Dataset):
             rng = torch.Generator().manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
             factor = speed_factor(self.augment.speed_factors, self.seed, epoch, index)
             snr = self.noise_snr(epoch, index)
-            if snr is None:
-                feats = self.feats(index, factor)
-            else:  # noisy features are new every epoch: never cached
-                noise_rng = torch.Generator().manual_seed(hash((self.seed, epoch, index, 1)) & 0x7FFF_FFFF_FFFF)
-                wave = add_noise(speed_perturb(self.waveform(index), factor), snr, noise_rng)
-                feats = fbank(wave, self.features, dither=self.dither)
-            feats = spec_augment(feats, self.augment, rng)
+            noise_rng = None if snr is None else torch.Generator().manual_seed(
+                hash((self.seed, epoch, index, 1)) & 0x7FFF_FFFF_FFFF)
+            feats = spec_augment(self.feats(index, factor, snr, noise_rng), self.augment, rng)
         utt = self.utterances[index]
         return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text)
 
