@@ -45,6 +45,11 @@ def speed_factor(factors, seed: int, epoch: int, index: int) -> float:
     return factors[random.Random(hash((seed, epoch, index))).randrange(len(factors))]
 
 
+def _generator(*key: int) -> torch.Generator:
+    """A torch generator seeded by a tuple of ints (hash() of ints is the same in every process)."""
+    return torch.Generator().manual_seed(hash(key) & 0x7FFF_FFFF_FFFF)
+
+
 def perturbed_frames(frames: int, factor: float) -> int:
     """Feature frames of an utterance of `frames` frames played `factor`× faster: never fewer than it gets
     (for factors ≥ 0.75), at most 3 more (the window's overhang and the resampler's rounding)."""
@@ -180,11 +185,10 @@ class UtteranceDataset(torch.utils.data.Dataset):
         if self.augment is None:
             feats = self.feats(index)
         else:
-            rng = torch.Generator().manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
+            rng = _generator(self.seed, epoch, index)
             factor = speed_factor(self.augment.speed_factors, self.seed, epoch, index)
             snr = self.noise_snr(epoch, index)
-            noise_rng = None if snr is None else torch.Generator().manual_seed(
-                hash((self.seed, epoch, index, 1)) & 0x7FFF_FFFF_FFFF)
+            noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
             feats = spec_augment(self.feats(index, factor, snr, noise_rng), self.augment, rng)
         utt = self.utterances[index]
         return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text)
