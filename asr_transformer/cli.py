@@ -23,8 +23,9 @@ app.add_typer(prepare_app, name="prepare")
 
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
 LM_HELP = "ARPA n-gram LM over the model's tokens (from `asr lm`), fused in the beam, joint and rescore modes."
-PRECISION_HELP = ("Encoder precision: fp32, bf16 (about 2× faster encoding on CPUs with AMX, and on GPUs) "
-                  "or fp16 (CUDA only); the decoder always runs in fp32.")
+PRECISION_HELP = ("Encoder precision: fp32, bf16 (about 2× faster encoding on CPUs with AMX, and on GPUs; "
+                  "slower than fp32 on CPUs without AMX), fp16 (CUDA only) or auto (bf16 where it is fast); "
+                  "the decoder always runs in fp32.")
 
 
 def _echo_summary(summary: dict) -> None:

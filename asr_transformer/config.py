@@ -91,7 +91,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     clip_grad: float = 5.0
     accum_grad: int = 1
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only)
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only) | auto (bf16 where the CPU has AMX or on GPUs)
     keep_best: int = 5
     best_metric: str = "valid_loss"  # valid_loss | valid_cer | valid_acc
     checkpoint_minutes: float = 30.0

@@ -36,12 +36,13 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", precision: str = "fp32"):
     """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error.
 
-    precision: the encoder's inference precision, fp32 | bf16 | fp16 (fp16 on CUDA only); see
-    `ASRModel.set_encoder_dtype`.
+    precision: the encoder's inference precision, fp32 | bf16 | fp16 (fp16 on CUDA only) | auto
+    (`resolve_precision`); see `ASRModel.set_encoder_dtype`.
     """
     from asr_transformer.model.asr import ASRModel
 
     check_precision(precision, device)
+    precision = resolve_precision(precision, device)
     try:
         state = load_checkpoint(path, format=FORMAT)
     except CheckpointError as e:
@@ -56,13 +57,26 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     return model, tokenizer, cfg
 
 
+def resolve_precision(precision: str, device: str | torch.device) -> str:
+    """"auto" → the precision this hardware runs fastest: bf16 on CPUs with AMX and on CUDA GPUs with bf16,
+    fp16 on older GPUs, otherwise fp32. Without AMX a CPU's bf16 matrix products are slower than fp32 ones
+    (here: 152 against 330 GFLOP/s, `bench/train_speed.py`), even with AVX512-BF16. Other names pass through."""
+    if precision != "auto":
+        return precision
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    return "bf16" if kind == "cpu" and amx() else "fp32"
+
+
 def check_precision(precision: str, device: str | torch.device) -> None:
     """Raise ValueError naming the choices when `precision` cannot run on `device`."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision '{precision}': choose from {', '.join(PRECISIONS)}")
+    if precision != "auto" and precision not in PRECISIONS:
+        raise ValueError(f"precision '{precision}': choose from auto, {', '.join(PRECISIONS)}")
     if precision == "fp16" and torch.device(device).type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device; on a CPU use bf16 (fast where the CPU has "
-                         "AMX or AVX512-BF16) or fp32")
+                         "AMX) or fp32")
 
 
 def _epoch_checkpoints(exp: Path) -> list[Path]:

@@ -202,7 +202,7 @@ def section(recipe: Path, exp: Path) -> str:
         rates = [r["audio_seconds_per_second"] for r in log if "audio_seconds_per_second" in r]
         pace = f" at {sum(rates) / len(rates):.0f} audio s/s" if rates else ""
         lines.append(f"- Training: {last['epoch']} epochs{budget}, {last['step']} steps, {last['elapsed'] / 60:.1f} min of "
-                     f"training{pace} on {cpu_name()} ({os.cpu_count()} cores), precision {t['precision']}; best epoch by {metric}: "
+                     f"training{pace} on {cpu_name()} ({os.cpu_count()} cores), precision {last.get('precision', t['precision'])}; best epoch by {metric}: "
                      f"{best['epoch']} (dev loss {best.get('valid_loss', float('nan')):.3f}, "
                      f"dev CTC-greedy CER {best.get('valid_cer', float('nan')):.2f} %)")
     model_info = exp / "model.pt"

@@ -13,6 +13,7 @@ from asr_transformer.config import PRESETS, DecodeConfig, ModelConfig
 from asr_transformer.decode.ctc_prefix import CTCPrefixScorer, ctc_prefix_beam_search
 from asr_transformer.decode.search import MODES, DecodeError, attention_scores, recognize
 from asr_transformer.model.asr import ASRModel
+from asr_transformer.package import check_precision, resolve_precision
 from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS
 
 torch.set_num_threads(1)
@@ -325,6 +326,22 @@ def test_decode_manifest_end_to_end(tiny_package, tmp_path):
     decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "bf16", modes=["ctc"], batch_size=2,
                     device="cpu", threads=1, precision="bf16")
     assert json.loads((tmp_path / "bf16" / "rtf.json").read_text())["precision"] == "bf16"
+    # auto: resolved before decoding, and rtf.json names what ran
+    decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "auto", modes=["ctc"], batch_size=2,
+                    device="cpu", threads=1, precision="auto")
+    assert json.loads((tmp_path / "auto" / "rtf.json").read_text())["precision"] == resolve_precision("auto", "cpu")
+
+
+def test_resolve_precision(monkeypatch):
+    """auto picks bf16 only on CPUs with AMX (without it bf16 matmuls are slower than fp32); names pass through."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert resolve_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert [resolve_precision(p, "cpu") for p in ("fp32", "bf16")] == ["fp32", "bf16"]
+    check_precision("auto", "cpu")
+    with pytest.raises(ValueError, match="choose from auto, fp32"):
+        check_precision("fp8", "cpu")
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -206,3 +206,10 @@ def test_time_limit_stops_after_the_epoch_that_crosses_it(tone_corpus, tmp_path)
     state = run(tone_corpus, tmp_path / "exp", ["train.max_epochs=5", "train.max_minutes=0.00001"])
     assert state.epoch == 1
     assert run(tone_corpus, tmp_path / "exp", ["train.max_epochs=5", "train.max_minutes=0.00001"]).epoch == 1
+
+
+@pytest.mark.parametrize("amx, expected", [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_trains_in_bf16_only_where_the_cpu_has_amx(tone_corpus, tmp_path, monkeypatch, amx, expected):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    state = run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1", "train.precision=auto"])
+    assert [r["precision"] for r in state.history] == [expected]

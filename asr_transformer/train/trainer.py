@@ -30,6 +30,7 @@ from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.asr import ASRModel
+from asr_transformer.package import resolve_precision
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
 
@@ -140,7 +141,7 @@ def _autocast(device: torch.device, precision: str):
         if device.type != "cuda":
             raise TrainError("train.precision=fp16 needs CUDA; use bf16 on CPUs")
         return torch.autocast("cuda", dtype=torch.float16)
-    raise TrainError(f"train.precision={precision!r}: use fp32, bf16 or fp16")
+    raise TrainError(f"train.precision={precision!r}: use auto, fp32, bf16 or fp16")
 
 
 @torch.no_grad()
@@ -205,6 +206,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     cfg.model.vocab_size = tokenizer.vocab_size
     cfg.model.input_dim = cfg.features.num_mel_bins
     tc = cfg.train
+    precision = resolve_precision(tc.precision, dev)
     _seed_everything(tc.seed)
     ckpt_dir = exp / "checkpoints"
     say = (lambda *a: print(*a, flush=True)) if dist.main else (lambda *a: None)
@@ -242,11 +244,12 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     model = ASRModel(cfg.model)
     model.set_cmvn(mean, std)
     model.to(dev)
-    say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device {dev}")
+    say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device {dev}, "
+        f"precision {precision}{' (train.precision=auto)' if tc.precision == 'auto' else ''}")
     # fused: one kernel over all parameters instead of ~8 small ops per tensor (9 % of a CPU step)
     optimizer = torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
                                  weight_decay=tc.weight_decay, fused=dev.type in ("cpu", "cuda"))
-    scaler = torch.amp.GradScaler(dev.type, enabled=tc.precision == "fp16")
+    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
     steps_per_epoch = max(1, math.ceil(len(sampler.batches(0)) / tc.accum_grad))
     warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, steps_per_epoch)
     try:
@@ -314,7 +317,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                     boundary = (micro + 1) % tc.accum_grad == 0 or state.batch + 1 == n_batches
                     sync = ddp.no_sync() if dist.world > 1 and not boundary else contextlib.nullcontext()
                     with sync:
-                        with _autocast(dev, tc.precision):
+                        with _autocast(dev, precision):
                             out = ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
                                       sampling_prob=prob, mask_ctc=tc.mask_ctc)
                         loss = out["loss"].float()
@@ -371,14 +374,14 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             # every rank takes rank 0's clock: the time budget must stop them all after the same epoch
             epoch_seconds, state.elapsed = dist.from_main(epoch_seconds, elapsed_before + epoch_seconds)
             if dist.main:
-                metrics = validate(model, dev_loader, tokenizer, dev, tc.precision, tc.mask_ctc)
+                metrics = validate(model, dev_loader, tokenizer, dev, precision, tc.mask_ctc)
             dist.barrier()
             if dist.main:
                 record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": state.epoch_loss / max(1, state.epoch_batches),
                           "lr": optimizer.param_groups[0]["lr"], "skipped_steps": state.skipped,
                           "grad_norm": sum(norms) / max(1, len(norms)),
                           "clipped": sum(n > tc.clip_grad for n in norms) / max(1, len(norms)),
-                          "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2),
+                          "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2), "precision": precision,
                           "audio_seconds_per_second": round(frames_done * cfg.features.frame_shift_ms / 1000
                                                             / max(1e-9, epoch_seconds), 2), **metrics}
                 _save_epoch(ckpt_dir, state.epoch + 1, model, cfg, tokenizer, record)
