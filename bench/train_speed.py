@@ -7,6 +7,12 @@ Each configuration runs in its own process (clean peak memory). A step is forwar
 Adam update on a batch of random features and tokens shaped like real speech (default: 27
 utterances of 3 s, 100 frames/s, 12 tokens/s). FLOPs are counted with torch's FlopCounterMode
 for one step; the peak is the best of several large matmuls in the same precision.
+
+    python bench/train_speed.py --shapes ref10m --precisions fp32 --procs 2 --threads 1
+
+`--procs N` measures data-parallel training as `torchrun --nproc_per_node N -m asr_transformer train`
+runs it on a CPU: N processes (gloo) of `--threads` threads each share the batch; the peak is then
+measured with N × threads threads.
 """
 
 from __future__ import annotations
@@ -58,25 +64,31 @@ def measure(name: str, args) -> dict:
     from asr_transformer import malloc
     from asr_transformer.config import ModelConfig, apply_preset
     from asr_transformer.model.asr import ASRModel
+    from asr_transformer.package import resolve_precision
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1:
+        torch.distributed.init_process_group("gloo")
+    batch = args.batch // world + (rank < args.batch % world)  # this process's share of the global batch
     cfg = ModelConfig(vocab_size=args.vocab)
     for key, value in SHAPES[name].items():
         apply_preset(cfg, value) if key == "preset" else setattr(cfg, key, value)
     model = ASRModel(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)  # as `asr train` builds it
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     frames, tokens = int(args.seconds * 100), int(args.seconds * args.tokens_per_second)
-    feats = torch.randn(args.batch, frames, 80)
-    feat_lens = torch.full((args.batch,), frames, dtype=torch.long)
+    feats = torch.randn(batch, frames, 80)
+    feat_lens = torch.full((batch,), frames, dtype=torch.long)
     feat_lens[1::2] -= frames // 10  # some padding, as in real batches
-    ys = torch.randint(5, args.vocab, (args.batch, tokens))
-    ys_lens = torch.full((args.batch,), tokens, dtype=torch.long)
+    ys = torch.randint(5, args.vocab, (batch, tokens))
+    ys_lens = torch.full((batch,), tokens, dtype=torch.long)
     precision = torch.bfloat16 if args.precision == "bf16" else None
 
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision is not None):
-            loss = model(feats, feat_lens, ys, ys_lens)["loss"]
+            loss = ddp(feats, feat_lens, ys, ys_lens)["loss"]
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -86,13 +98,23 @@ def measure(name: str, args) -> dict:
     flops = counter.get_total_flops()
     for _ in range(args.warmup):
         step()
+    if world > 1:
+        torch.distributed.barrier()
     start = time.perf_counter()
     for _ in range(args.steps):
         step()
     seconds = (time.perf_counter() - start) / args.steps
-    peak = matmul_peak(torch.bfloat16 if precision else torch.float32, args.threads)
+    if world > 1:  # the step time of the slowest process, and the FLOPs of all
+        shared = torch.tensor([seconds, float(flops)], dtype=torch.float64)
+        torch.distributed.all_reduce(shared[:1], op=torch.distributed.ReduceOp.MAX)
+        torch.distributed.all_reduce(shared[1:])
+        seconds, flops = shared.tolist()
+        torch.distributed.destroy_process_group()
+        if rank > 0:
+            return {}
+    peak = matmul_peak(torch.bfloat16 if precision else torch.float32, args.threads * world)
     return {
-        "shape": name, "precision": args.precision, "threads": args.threads,
+        "shape": name, "precision": args.precision, "threads": args.threads, "processes": world,
         "parameters_M": round(model.count_parameters() / 1e6, 2),
         "batch": f"{args.batch} x {args.seconds:g} s",
         "step_s": round(seconds, 3),
@@ -103,6 +125,8 @@ def measure(name: str, args) -> dict:
         "fraction_of_peak": round(flops / seconds / peak, 3),
         "peak_rss_MB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "malloc_tuned": malloc.active(),
+        # bf16 is fast only with AMX tiles (and `train.precision=auto` takes it only then)
+        "cpu_amx": resolve_precision("auto", "cpu") == "bf16",
     }
 
 
@@ -113,7 +137,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="tiny,small,base,large,ref10m")
     p.add_argument("--precisions", default="fp32,bf16")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="threads per process")
+    p.add_argument("--procs", type=int, default=1, help="data-parallel processes (gloo), as under torchrun")
     p.add_argument("--batch", type=int, default=27)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--tokens-per-second", type=float, default=12.0)
@@ -125,12 +150,16 @@ def main() -> None:
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args)))
+        row = measure(args.one, args)
+        if row:  # rank 0 only
+            print(json.dumps(row))
         return
     rows = []
     for precision in args.precisions.split(","):
         for shape in args.shapes.split(","):
-            cmd = [sys.executable, __file__, "--one", shape, "--precision", precision]
+            launch = [sys.executable] if args.procs == 1 else [
+                sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.procs}"]
+            cmd = launch + [__file__, "--one", shape, "--precision", precision]
             for key in ("threads", "batch", "seconds", "tokens_per_second", "vocab", "steps", "warmup"):
                 cmd += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
             out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
