@@ -12,7 +12,7 @@ for one step; the peak is the best of several large matmuls in the same precisio
 
 `--procs N` measures data-parallel training as `torchrun --nproc_per_node N -m asr_transformer train`
 runs it on a CPU: N processes (gloo) of `--threads` threads each share the batch; the peak is then
-measured with N × threads threads.
+the sum of the N processes' peaks, measured at the same time.
 """
 
 from __future__ import annotations
@@ -104,15 +104,17 @@ def measure(name: str, args) -> dict:
     for _ in range(args.steps):
         step()
     seconds = (time.perf_counter() - start) / args.steps
-    if world > 1:  # the step time of the slowest process, and the FLOPs of all
-        shared = torch.tensor([seconds, float(flops)], dtype=torch.float64)
+    if world > 1:
+        torch.distributed.barrier()  # every process measures its matmul peak at the same time
+    peak = matmul_peak(torch.bfloat16 if precision else torch.float32, args.threads)
+    if world > 1:  # the step time of the slowest process; the FLOPs and the peaks of all
+        shared = torch.tensor([seconds, float(flops), peak], dtype=torch.float64)
         torch.distributed.all_reduce(shared[:1], op=torch.distributed.ReduceOp.MAX)
         torch.distributed.all_reduce(shared[1:])
-        seconds, flops = shared.tolist()
+        seconds, flops, peak = shared.tolist()
         torch.distributed.destroy_process_group()
         if rank > 0:
             return {}
-    peak = matmul_peak(torch.bfloat16 if precision else torch.float32, args.threads * world)
     return {
         "shape": name, "precision": args.precision, "threads": args.threads, "processes": world,
         "parameters_M": round(model.count_parameters() / 1e6, 2),
