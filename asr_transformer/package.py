@@ -37,12 +37,11 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error.
 
     precision: the encoder's inference precision, fp32 | bf16 | fp16 (fp16 on CUDA only) | auto
-    (`resolve_precision`); see `ASRModel.set_encoder_dtype`.
+    (`check_precision`); see `ASRModel.set_encoder_dtype`.
     """
     from asr_transformer.model.asr import ASRModel
 
-    check_precision(precision, device)
-    precision = resolve_precision(precision, device)
+    precision = check_precision(precision, device)
     try:
         state = load_checkpoint(path, format=FORMAT)
     except CheckpointError as e:
@@ -70,13 +69,15 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
     return "bf16" if kind == "cpu" and amx() else "fp32"
 
 
-def check_precision(precision: str, device: str | torch.device) -> None:
-    """Raise ValueError naming the choices when `precision` cannot run on `device`."""
+def check_precision(precision: str, device: str | torch.device) -> str:
+    """The precision to run (`auto` resolved by `resolve_precision`); ValueError naming the choices when
+    `precision` cannot run on `device`."""
     if precision != "auto" and precision not in PRECISIONS:
         raise ValueError(f"precision '{precision}': choose from auto, {', '.join(PRECISIONS)}")
     if precision == "fp16" and torch.device(device).type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device; on a CPU use bf16 (fast where the CPU has "
                          "AMX) or fp32")
+    return resolve_precision(precision, device)
 
 
 def _epoch_checkpoints(exp: Path) -> list[Path]:

@@ -503,17 +503,16 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
     import torch
 
     from asr_transformer.decode.search import MODES
-    from asr_transformer.package import check_precision, load_package, resolve_precision
+    from asr_transformer.package import check_precision, load_package
 
     if mode not in MODES:
         _fail(f"--mode {mode}: choose from {', '.join(MODES)}")
     torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
     dev = _pick_device(device)
     try:
-        check_precision(precision, dev)
+        precision = check_precision(precision, dev)
     except ValueError as e:
         _fail(f"--precision {precision}: {e}")
-    precision = resolve_precision(precision, dev)
     try:
         asr_model, tokenizer, cfg = load_package(model, dev, precision)
     except Exception as e:  # damaged, foreign or incompatible file: say so, no traceback

@@ -13,8 +13,8 @@ from asr_transformer.config import PRESETS, DecodeConfig, ModelConfig
 from asr_transformer.decode.ctc_prefix import CTCPrefixScorer, ctc_prefix_beam_search
 from asr_transformer.decode.search import MODES, DecodeError, attention_scores, recognize
 from asr_transformer.model.asr import ASRModel
-from asr_transformer.package import check_precision, resolve_precision
 from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS
+from asr_transformer.package import check_precision, resolve_precision
 
 torch.set_num_threads(1)
 VOCAB, FEAT = 12, 20
@@ -339,7 +339,7 @@ def test_resolve_precision(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     assert resolve_precision("auto", "cpu") == "fp32"
     assert [resolve_precision(p, "cpu") for p in ("fp32", "bf16")] == ["fp32", "bf16"]
-    check_precision("auto", "cpu")
+    assert check_precision("auto", "cpu") == "fp32" and check_precision("bf16", "cpu") == "bf16"
     with pytest.raises(ValueError, match="choose from auto, fp32"):
         check_precision("fp8", "cpu")
 

@@ -195,7 +195,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     from asr_transformer.data.features import fbank
     from asr_transformer.data.manifest import read_manifest
     from asr_transformer.fileio import atomic_open, write_json
-    from asr_transformer.package import check_precision, load_package, resolve_precision
+    from asr_transformer.package import check_precision, load_package
     from asr_transformer.scoring import score_dir
 
     modes = check_modes(modes)
@@ -204,10 +204,9 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
     dev = _pick_device(device)
     try:
-        check_precision(precision, dev)
+        precision = check_precision(precision, dev)
     except ValueError as e:
         raise DecodeError(f"--precision {precision}: {e}") from None
-    precision = resolve_precision(precision, dev)
     model, tokenizer, cfg = load_package(model_path, dev, precision)
     ngram = load_lm(lm, tokenizer) if lm is not None else None
     base = replace(cfg.decode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
