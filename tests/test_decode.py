@@ -176,7 +176,7 @@ def test_cached_cross_attention_decoder_equals_decoder():
     with torch.inference_mode():
         enc, enc_lens = m.encode(feats, lens)
         enc_mask = lengths_to_mask(enc_lens, enc.size(1))
-        kv = cross_kv(m, enc, enc_mask)
+        kv = cross_kv(m, enc)
         valid = lengths_to_mask(token_lens, 6)
         for causal in (True, False):
             ref = m.decoder(enc, enc_mask, tokens, token_lens, causal=causal)

@@ -2,7 +2,7 @@
 
 `model.decoder(enc, …)` projects the encoder output to keys/values in every layer on every call. Mask-CTC
 calls the decoder once per iteration and rescoring once for each of an utterance's n-best hypotheses, so
-here the projection is made once per utterance (`cross_kv`, via the decoder's documented step cache) and
+here the projection is made once per utterance (`cross_kv`, in the format of the decoder's step cache) and
 `decoder_logits` runs the layers on it. The result equals `model.decoder(enc, enc_mask, tokens, lens, causal)`
 (tests/test_decode.py checks it).
 """
@@ -12,17 +12,14 @@ from __future__ import annotations
 import torch
 
 from asr_transformer.model.mask import causal_mask, key_padding_mask
-from asr_transformer.model.tokens import SOS
 
 
-def cross_kv(model, enc: torch.Tensor, enc_mask: torch.Tensor) -> list[torch.Tensor]:
+def cross_kv(model, enc: torch.Tensor) -> list[torch.Tensor]:
     """Cross-attention keys|values of every decoder layer: enc (B, T', D) → M tensors (B, T', 2D).
 
     Index every tensor with the same rows (`[c[rows] for c in kv]`) to share an utterance among hypotheses.
     """
-    sos = torch.full((enc.size(0), 1), SOS, dtype=torch.long, device=enc.device)
-    _, cache = model.decoder_step(enc, enc_mask, sos)
-    return cache[len(cache) // 2:]
+    return [layer.src_attn.project_kv(enc, enc) for layer in model.decoder.layers]
 
 
 def decoder_logits(model, kv: list[torch.Tensor], enc_mask: torch.Tensor, tokens: torch.Tensor,

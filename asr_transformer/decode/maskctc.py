@@ -48,7 +48,7 @@ def maskctc_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, ctc_log_pro
         rounds = torch.where(n_mask >= iterations, torch.full_like(n_mask, iterations), n_mask)
         per_round = n_mask // rounds.clamp(min=1)
         enc_mask = lengths_to_mask(enc_lens.to(enc.device), enc.size(1))
-        kv = cross_kv(model, enc, enc_mask)  # encoder keys/values projected once for all rounds
+        kv = cross_kv(model, enc)  # encoder keys/values projected once for all rounds
         y = tokens.masked_fill(masked, MASK)
         not_filled = torch.tensor(NOT_FILLED, device=enc.device)
         for it in range(int(rounds.max())):

@@ -76,7 +76,7 @@ def attention_scores(model, enc: torch.Tensor, enc_lens: torch.Tensor, utt: torc
         target[m, len(s)] = EOS
     ys_in, target, lens, utt = ys_in.to(dev), target.to(dev), lens.to(dev), utt.to(dev)
     enc_mask = lengths_to_mask(enc_lens.to(dev), enc.size(1))
-    kv = [c[utt] for c in cross_kv(model, enc, enc_mask)]
+    kv = [c[utt] for c in cross_kv(model, enc)]
     logits = decoder_logits(model, kv, enc_mask[utt], ys_in, lens + 1)
     log_probs = torch.log_softmax(logits.float(), -1)
     lp = log_probs.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)

@@ -52,11 +52,11 @@ class MultiHeadAttention(nn.Module):
         """
         B, Tq, _ = query.shape
         q = self.q(query).unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)  # (B, H, Tq, d_k)
-        if key is not None:
-            k, v = self.k(key), self.v(value)
         if cache is not None:
-            cache = torch.cat([cache, torch.cat([k, v], -1)], 1) if key is not None else cache
+            cache = torch.cat([cache, self.project_kv(key, value)], 1) if key is not None else cache
             k, v = cache.chunk(2, -1)
+        else:
+            k, v = self.k(key), self.v(value)
         k = k.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)  # (B, H, Tk, d_k)
         v = v.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2)
 
@@ -81,3 +81,7 @@ class MultiHeadAttention(nn.Module):
                 out = out.masked_fill(~has_key, 0.0)
         out = out.transpose(1, 2).reshape(B, Tq, -1)  # (B, Tq, D)
         return self.out(out), weights, cache
+
+    def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """Keys and values as the cache holds them: (B, Tk, D) each → (B, Tk, 2·D), keys first."""
+        return torch.cat([self.k(key), self.v(value)], -1)
