@@ -75,6 +75,9 @@ class ModelConfig:
     # `interctc_layer` (1-based; 0 = the middle block) through the same final LayerNorm and CTC head
     interctc_weight: float = 0.0
     interctc_layer: int = 0
+    # Self-conditioned CTC (Nozaki & Komatsu 2021): that block's CTC posteriors, projected back to d_model by a
+    # linear layer, are added to its output before the next block, in training and decoding alike
+    interctc_condition: bool = False
     label_smoothing: float = 0.1
 
 

@@ -60,7 +60,8 @@ def test_decoder_is_causal():
 
 
 @pytest.mark.parametrize("changes", [dict(pre_norm=True), dict(pre_norm=False), dict(conv_kernel=7),
-                                     dict(utterance_cmn=True)])
+                                     dict(utterance_cmn=True),
+                                     dict(interctc_weight=0.3, interctc_condition=True, conv_kernel=7)])
 def test_padding_invariance(changes):
     m = model(**changes).eval()
     feats, lens, tokens, token_lens = batch(lengths=(61, 33), token_lens=(5, 2))
@@ -117,8 +118,9 @@ def test_incremental_step_equals_full_pass():
             torch.testing.assert_close(step, full[:1, t - 1], atol=1e-5, rtol=1e-5)
 
 
-def test_bf16_encoder_is_close_to_fp32_and_hands_on_fp32():
-    m = model().eval()
+@pytest.mark.parametrize("changes", [dict(), dict(interctc_weight=0.3, interctc_condition=True)])
+def test_bf16_encoder_is_close_to_fp32_and_hands_on_fp32(changes):
+    m = model(**changes).eval()
     feats, lens, _, _ = batch()
     with torch.no_grad():
         ref, ref_lens = m.encode(feats, lens)
@@ -305,3 +307,42 @@ def test_interctc_loss_is_the_intermediate_blocks_ctc(changes):
     assert all(p.grad is None for p in m.encoder.layers[3].parameters())
     with pytest.raises(ValueError, match="interctc_layer=4"):
         model(encoder_layers=4, interctc_weight=0.3, interctc_layer=4)
+
+
+def test_self_conditioned_ctc_feeds_the_intermediate_posteriors_back():
+    """model.interctc_condition: after the InterCTC block, x + condition(softmax(ctc(norm(x)))) goes on to the
+    next block, in `encode` (decoding) as in training; a zero conditioning layer gives plain InterCTC."""
+    cfg = dict(encoder_layers=4, ctc_weight=0.4, interctc_weight=0.25)
+    m = model(interctc_condition=True, **cfg).eval()
+    feats, lens, tokens, token_lens = batch()
+    with torch.no_grad():  # by hand: blocks 1..2, the conditioning, blocks 3..4, the final LayerNorm
+        x, enc_lens = m.encoder.subsampling(m.normalize(feats, lens), lens)
+        x = m.encoder.pos(x)
+        mask = lengths_to_mask(enc_lens, x.size(1)).unsqueeze(1)
+        for block in m.encoder.layers[:2]:
+            x = block(x, mask)
+        inter = m.encoder.norm(x)
+        x = x + m.encoder.condition(m.ctc.proj(inter).softmax(-1))
+        for block in m.encoder.layers[2:]:
+            x = block(x, mask)
+        want = m.encoder.norm(x)
+        enc, _ = m.encode(feats, lens)
+        out = m(feats, lens, tokens, token_lens)
+    valid = lengths_to_mask(enc_lens, enc.size(1))
+    torch.testing.assert_close(enc[valid], want[valid])
+    torch.testing.assert_close(out["loss_ctc"], m.ctc.loss(want, enc_lens, tokens, token_lens))
+    torch.testing.assert_close(out["loss_interctc"], m.ctc.loss(inter, enc_lens, tokens, token_lens))
+
+    plain = model(**cfg).eval()
+    plain.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("encoder.condition.")})
+    with torch.no_grad():
+        assert not torch.allclose(plain.encode(feats, lens)[0], enc)  # the conditioning does change the output
+        m.encoder.condition.weight.zero_()
+        m.encoder.condition.bias.zero_()
+        torch.testing.assert_close(m.encode(feats, lens)[0], plain.encode(feats, lens)[0])
+
+    m.train()
+    m(feats, lens, tokens, token_lens)["loss"].backward()
+    assert m.encoder.condition.weight.grad.abs().sum() > 0  # the final CTC and decoder losses train it
+    with pytest.raises(ValueError, match="interctc_condition needs InterCTC"):
+        model(interctc_condition=True)

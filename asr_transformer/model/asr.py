@@ -49,6 +49,9 @@ class ASRModel(nn.Module):
         if not 0 <= cfg.interctc_layer < cfg.encoder_layers:
             raise ValueError(f"model.interctc_layer={cfg.interctc_layer}: must be a block below the last "
                              f"(1..{cfg.encoder_layers - 1}), or 0 for the middle one")
+        if cfg.interctc_condition and not (cfg.interctc_weight > 0 and cfg.ctc_weight > 0):
+            raise ValueError("model.interctc_condition needs InterCTC (model.interctc_weight > 0, model.ctc_weight > 0): "
+                             "the posteriors it feeds back are the intermediate CTC's")
         self.cfg = cfg
         self.register_buffer("cmvn_mean", torch.zeros(cfg.input_dim))
         self.register_buffer("cmvn_istd", torch.ones(cfg.input_dim))
@@ -82,8 +85,8 @@ class ASRModel(nn.Module):
         feats = self.normalize(feats, feat_lens)
         dtype = self.encoder_dtype
         if dtype == torch.float32:
-            return self.encoder(feats, feat_lens)
-        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens)
+            return self.encoder(feats, feat_lens, self.ctc.proj)
+        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens, self.ctc.proj)
         return enc.float(), enc_lens
 
     @property
@@ -126,16 +129,16 @@ class ASRModel(nn.Module):
             computed: `loss_ctc` (absent when ctc_weight = 0); `loss_att` and `acc` (decoder token
             accuracy; absent when ctc_weight = 1). With mask_ctc, loss_att/acc are those of the masked
             positions. With InterCTC (model.interctc_weight = v > 0) CTC = (1 − v)·loss_ctc +
-            v·loss_interctc, the CTC loss of an intermediate block's output. All losses are sums over the
+            v·loss_interctc, the CTC loss of an intermediate block's output (with model.interctc_condition its
+            posteriors also feed the blocks above, as in `encode`). All losses are sums over the
             batch divided by the batch size.
         """
         inter_weight = self.cfg.interctc_weight if self.cfg.ctc_weight > 0 else 0.0
         if inter_weight <= 0:
             enc, enc_lens = self.encode(feats, feat_lens)
             return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc)
-        layer = self.cfg.interctc_layer or (len(self.encoder.layers) + 1) // 2
         enc, enc_lens, intermediate = self.encoder.forward_with_intermediate(self.normalize(feats, feat_lens),
-                                                                             feat_lens, layer)
+                                                                             feat_lens, self.ctc.proj)
         return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc, intermediate)
 
     def losses(self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor,

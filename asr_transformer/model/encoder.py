@@ -130,26 +130,40 @@ class Encoder(nn.Module):
                 EncoderLayer(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.pre_norm)
                 for _ in range(cfg.encoder_layers))
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm or cfg.conv_kernel > 0 else nn.Identity()
+        self.inter_layer = cfg.interctc_layer or (cfg.encoder_layers + 1) // 2  # InterCTC's block (1-based)
+        # self-conditioned CTC: that block's CTC posteriors (vocab) → d_model, added to its output
+        self.condition = nn.Linear(cfg.vocab_size, cfg.d_model) if cfg.interctc_condition else None
 
-    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor,
+                ctc_head: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """feats (B, T, F), lengths (B,) → enc (B, T', D), enc_lens (B,).
 
         Padded frames never influence valid ones: they are zeroed before the convolutions, the conv
         outputs beyond each length are zeroed, and every self-attention masks padded keys.
+        ctc_head: the CTC head's linear layer, (…, D) → (…, vocab) logits; needed with self-conditioning.
         """
-        enc, lengths, _ = self.forward_with_intermediate(feats, lengths, 0)
+        enc, lengths, _ = self.forward_with_intermediate(feats, lengths, ctc_head, intermediate=False)
         return enc, lengths
 
-    def forward_with_intermediate(self, feats: torch.Tensor, lengths: torch.Tensor,
-                                  layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """As `forward`, and also block `layer`'s output (1-based) through the final LayerNorm, (B, T', D)
-        (InterCTC); None when layer = 0."""
+    def forward_with_intermediate(self, feats: torch.Tensor, lengths: torch.Tensor, ctc_head: nn.Module | None = None,
+                                  intermediate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """As `forward`, and also block `inter_layer`'s output through the final LayerNorm, (B, T', D), for
+        InterCTC (None when `intermediate` is False)."""
         x, lengths = self.subsampling(feats, lengths)
         x = self.pos(x)
         mask = key_padding_mask(lengths, x.size(1))  # (B, 1, T') or None
-        intermediate = None
+        inter = None
         for i, block in enumerate(self.layers, 1):
             x = block(x, mask)
-            if i == layer:
-                intermediate = self.norm(x)
-        return self.norm(x), lengths, intermediate
+            if i == self.inter_layer and (intermediate or self.condition is not None):
+                inter = self.norm(x)
+                if self.condition is not None:
+                    x = x + self._conditioning(inter, ctc_head)
+        return self.norm(x), lengths, inter if intermediate else None
+
+    def _conditioning(self, inter: torch.Tensor, ctc_head: nn.Module | None) -> torch.Tensor:
+        """Self-conditioned CTC: softmax(ctc_head(inter)) (B, T', vocab) → (B, T', D) through `condition`."""
+        if ctc_head is None:
+            raise ValueError("this encoder is self-conditioned (model.interctc_condition): pass the CTC head")
+        logits = ctc_head(inter.to(ctc_head.weight.dtype))  # the head stays float32 under a bf16 encoder
+        return self.condition(logits.softmax(-1).to(inter.dtype))
