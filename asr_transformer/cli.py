@@ -23,6 +23,8 @@ app.add_typer(prepare_app, name="prepare")
 
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
 LM_HELP = "ARPA n-gram LM over the model's tokens (from `asr lm`), fused in the beam, joint and rescore modes."
+WORD_LM_HELP = ("ARPA word n-gram LM (from `asr lm --words`), added where a word ends in the beam, joint and rescore "
+                "modes; with or without --lm.")
 PRECISION_HELP = ("Encoder precision: fp32, bf16 (about 2× faster encoding on CPUs with AMX, and on GPUs; "
                   "slower than fp32 on CPUs without AMX), fp16 (CUDA only) or auto (bf16 where it is fast); "
                   "the decoder always runs in fp32.")
@@ -228,11 +230,14 @@ def lm_(
     tokenizer_dir: Path = typer.Option(..., "--tokenizer", help="The recogniser's tokenizer directory."),
     out: Path = typer.Option(..., "--out", "-o", help="ARPA file to write."),
     order: int = typer.Option(4, help="n of the n-gram LM."),
+    words: bool = typer.Option(False, "--words", help="A word LM (for --word-lm) instead of one over the "
+                               "tokenizer's pieces; the tokenizer's normalizer still defines the words."),
 ):
-    """Train a token n-gram LM (interpolated Kneser-Ney) for shallow fusion in decoding (--lm)."""
+    """Train an n-gram LM (interpolated Kneser-Ney) for shallow fusion in decoding (--lm, or --word-lm with --words)."""
     from asr_transformer.data.manifest import ManifestError, read_manifest
     from asr_transformer.data.tokenizer import Tokenizer
     from asr_transformer.decode.ngram import train_ngram
+    from asr_transformer.model.tokens import SPECIAL_TOKENS
 
     if order < 1:
         _fail(f"--order {order}: must be at least 1")
@@ -241,6 +246,7 @@ def lm_(
     except (OSError, ValueError) as e:
         _fail(str(e))
     sentences = []
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}  # word → id, for --words
     for path in texts:
         try:
             if path.suffix == ".jsonl":
@@ -249,13 +255,22 @@ def lm_(
                 lines = path.read_text(encoding="utf-8").splitlines()
         except (ManifestError, OSError, UnicodeDecodeError) as e:
             _fail(f"{path}: {e}" if str(path) not in str(e) else str(e))
-        sentences += [ids for ids in map(tok.encode, lines) if ids]
+        if words:
+            sentences += [[vocab.setdefault(w, len(vocab)) for w in tok.normalize(line).split()] for line in lines]
+        else:
+            sentences += [tok.encode(line) for line in lines]
+    sentences = [s for s in sentences if s]
     if not sentences:
         _fail(f"no text in {', '.join(map(str, texts))}")
-    model = train_ngram(sentences, tok.vocab_size, order)
-    model.write_arpa(out, tok.pieces(range(tok.vocab_size)))
+    if words:  # ids 0..4 stay the special ones (the ARPA file names <unk>, <s>, </s>)
+        model = train_ngram(sentences, len(vocab), order)
+        model.write_arpa(out, list(vocab))
+    else:
+        model = train_ngram(sentences, tok.vocab_size, order)
+        model.write_arpa(out, tok.pieces(range(tok.vocab_size)))
     counts = ", ".join(f"{sum(len(w) for w in model.prob[n].values())} {n}-grams" for n in range(1, order + 1))
-    typer.echo(f"{out}: {order}-gram LM from {len(sentences)} sentences ({counts})")
+    kind = f"word {order}-gram LM ({len(vocab) - len(SPECIAL_TOKENS)} words)" if words else f"{order}-gram LM"
+    typer.echo(f"{out}: {kind} from {len(sentences)} sentences ({counts})")
 
 
 @app.command()
@@ -338,6 +353,8 @@ def decode(
     precision: str = typer.Option("fp32", help=PRECISION_HELP),
     lm: Optional[Path] = typer.Option(None, help=LM_HELP),
     lm_weight: float = typer.Option(0.5, help="Weight β of the --lm scores."),
+    word_lm: Optional[Path] = typer.Option(None, help=WORD_LM_HELP),
+    word_lm_weight: float = typer.Option(0.3, help="Weight γ of the --word-lm scores."),
     score: bool = typer.Option(True, help="Score against the manifest's texts afterwards."),
 ):
     """Decode a manifest; writes hyp.jsonl and a Kaldi `text` file, reports RTF."""
@@ -347,7 +364,8 @@ def decode(
         decode_manifest(model, manifest, out, modes=[m.strip() for m in mode.split(",") if m.strip()], beam=beam,
                         ctc_weight=ctc_weight, length_penalty=length_penalty, maskctc_iterations=maskctc_iterations,
                         maskctc_threshold=maskctc_threshold, batch_size=batch_size, device=device, threads=threads,
-                        score=score, precision=precision, lm=lm, lm_weight=lm_weight)
+                        score=score, precision=precision, lm=lm, lm_weight=lm_weight, word_lm=word_lm,
+                        word_lm_weight=word_lm_weight)
     except DecodeError as e:
         _fail(str(e))
 
@@ -386,13 +404,15 @@ def transcribe(
     max_segment: float = typer.Option(20.0, help="Longest segment (s) decoded at once; longer audio is split."),
     lm: Optional[Path] = typer.Option(None, help=LM_HELP),
     lm_weight: float = typer.Option(0.5, help="Weight β of the --lm scores."),
+    word_lm: Optional[Path] = typer.Option(None, help=WORD_LM_HELP),
+    word_lm_weight: float = typer.Option(0.3, help="Weight γ of the --word-lm scores."),
 ):
     """Transcribe audio files of any length; text to stdout or files in several formats."""
     from asr_transformer.transcribe import transcribe_cli
 
     transcribe_cli(audio, model, output_dir, output_format, mode=mode, beam=beam, ctc_weight=ctc_weight,
                    device=device, threads=threads, max_segment=max_segment, precision=precision, lm=lm,
-                   lm_weight=lm_weight)
+                   lm_weight=lm_weight, word_lm=word_lm, word_lm_weight=word_lm_weight)
 
 
 @app.command()

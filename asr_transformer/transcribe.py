@@ -475,7 +475,8 @@ def _pick_device(device: str):
 def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, output_format: str = "txt",
                    mode: str = "joint", beam: int = 10, ctc_weight: float = 0.3, device: str = "auto",
                    threads: int = 0, max_segment: float = 20.0, precision: str = "fp32",
-                   lm: Path | None = None, lm_weight: float = 0.5) -> None:
+                   lm: Path | None = None, lm_weight: float = 0.5, word_lm: Path | None = None,
+                   word_lm_weight: float = 0.3) -> None:
     """`asr transcribe`: decode each input (``-`` = stdin, named "stdin") with one loaded package.
 
     Without `output_dir`: format txt prints the plain text (one line per input; with several inputs each
@@ -518,15 +519,13 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
     except Exception as e:  # damaged, foreign or incompatible file: say so, no traceback
         message = str(e)
         _fail(message if str(model) in message else f"{model}: cannot load the model package ({message})")
-    opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8, lm_weight=lm_weight)
-    ngram = None
-    if lm is not None:
-        from asr_transformer.decode.search import DecodeError, load_lm
+    from asr_transformer.decode.search import DecodeError, load_fusion_lm
 
-        try:
-            ngram = load_lm(lm, tokenizer)
-        except DecodeError as e:
-            _fail(str(e))
+    try:
+        ngram, lm_weight = load_fusion_lm(tokenizer, lm, lm_weight, word_lm, word_lm_weight)
+    except DecodeError as e:
+        _fail(str(e))
+    opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8, lm_weight=lm_weight)
 
     failed = 0
     basenames: dict[str, str] = {}

@@ -27,8 +27,14 @@ LM_LENGTH_PENALTY ?= 0.0
 LM_MODES ?= joint
 LM_BEAM ?= $(BEAM)
 LM      ?= $(DATA)/lm_$(LM_ORDER)gram.arpa
+# WORD_LM_ORDER > 0 (with LM_ORDER > 0): also a word n-gram LM of that order (`asr lm --words`) on the training
+# texts and WORD_LM_TEXT, added where a word ends with weight WORD_LM_WEIGHT in that same LM decoding.
+WORD_LM_ORDER ?= 0
+WORD_LM_TEXT ?= $(LM_TEXT)
+WORD_LM_WEIGHT ?= 0.3
+WORD_LM ?= $(DATA)/words_$(WORD_LM_ORDER)gram.arpa
 
-.PHONY: all prepare tokenizer lm train average decode score plot clean
+.PHONY: all prepare tokenizer lm word_lm train average decode score plot clean
 
 prepare: $(DATA)/summary.json
 
@@ -39,6 +45,10 @@ $(DATA)/tokenizer/tokenizer.json: $(DATA)/summary.json
 lm: $(LM)
 $(LM): $(DATA)/tokenizer/tokenizer.json $(LM_TEXT)
 	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(LM_TEXT) --tokenizer $(DATA)/tokenizer --order $(LM_ORDER) --out $@
+
+word_lm: $(WORD_LM)
+$(WORD_LM): $(DATA)/tokenizer/tokenizer.json $(WORD_LM_TEXT)
+	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(WORD_LM_TEXT) --tokenizer $(DATA)/tokenizer --order $(WORD_LM_ORDER) --words --out $@
 
 train: $(EXP)/train.done
 $(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF)
@@ -57,9 +67,10 @@ $(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
 
 ifneq ($(LM_ORDER),0)
 decode: $(EXP)/decode_$(TEST)_lm/done
-$(EXP)/decode_$(TEST)_lm/done: $(EXP)/model.pt $(LM)
+$(EXP)/decode_$(TEST)_lm/done: $(EXP)/model.pt $(LM) $(if $(filter-out 0,$(WORD_LM_ORDER)),$(WORD_LM))
 	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
 		--lm $(LM) --lm-weight $(LM_WEIGHT) --length-penalty $(LM_LENGTH_PENALTY) --threads $(THREADS) \
+		$(if $(filter-out 0,$(WORD_LM_ORDER)),--word-lm $(WORD_LM) --word-lm-weight $(WORD_LM_WEIGHT)) \
 		--out $(EXP)/decode_$(TEST)_lm --no-score
 	touch $@
 endif

@@ -73,6 +73,9 @@ def decode_rows(decode_dir: Path) -> list[str]:
             options = rtf.get("options", {})
             mode += (f" + {rtf.get('lm_order', '?')}-gram LM `{Path(rtf['lm']).name}` (beam {options.get('beam')}, "
                      f"weight {options.get('lm_weight'):g}, length bonus {options.get('length_penalty', 0.0):g})")
+            if rtf.get("word_lm"):
+                mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` "
+                         f"(weight {rtf.get('word_lm_weight'):g})")
         rows.append(f"| {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {100 * result['ser']:.2f} | "
                     f"{rtf.get('rtf', float('nan')):.4f} | {rtf.get('threads', '')} |")
     return rows
@@ -144,7 +147,8 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
         options = run.get("options", {})
         for variable, value in (("LM_ORDER", run.get("lm_order")), ("LM_WEIGHT", options.get("lm_weight")),
                                 ("LM_LENGTH_PENALTY", options.get("length_penalty")), ("LM_MODES", run.get("mode")),
-                                ("LM_BEAM", options.get("beam"))):
+                                ("LM_BEAM", options.get("beam")), ("WORD_LM_ORDER", run.get("word_lm_order") or 0),
+                                ("WORD_LM_WEIGHT", run.get("word_lm_weight"))):
             default = makefile_default(recipe, variable)
             default = str(beam) if default == "$(BEAM)" else default  # LM_BEAM defaults to BEAM
             same = default == str(value) or (variable != "LM_MODES" and _number(default) == _number(value))

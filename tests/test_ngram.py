@@ -103,7 +103,7 @@ def test_shallow_fusion():
 
 def test_asr_lm_and_decode_with_it(tiny_package, tmp_path):
     """`asr lm` trains on a manifest and a text file; `asr decode --lm` uses it in joint mode and records it;
-    a missing or foreign LM is a one-line error."""
+    `asr lm --words` trains a word LM that `--word-lm` adds; a missing or foreign LM is a one-line error."""
     import json
 
     from typer.testing import CliRunner
@@ -129,6 +129,28 @@ def test_asr_lm_and_decode_with_it(tiny_package, tmp_path):
     run = CliRunner().invoke(app, ["transcribe", str(root / "u0.wav"), "--model", str(root / "model.pt"), "--mode",
                                    "joint", "--beam", "2", "--lm", str(arpa), "--threads", "1", "--device", "cpu"])
     assert run.exit_code == 0, run.output
+    # a word LM: built with --words, read by --word-lm (with or without --lm), recorded; the two kinds not mixed up
+    words = tmp_path / "words.arpa"
+    run = CliRunner().invoke(app, ["lm", str(root / "test.jsonl"), str(extra), "--tokenizer", str(root / "tok"),
+                                   "--out", str(words), "--order", "2", "--words"])
+    assert run.exit_code == 0, run.output
+    assert "word 2-gram LM (" in run.output and {"nine", "eight", "six"} <= set(NgramLM.read_arpa(words, None).words)
+    for lm_args in (["--lm", str(arpa)], []):
+        out = tmp_path / f"word{len(lm_args)}"
+        run = CliRunner().invoke(app, ["decode", str(root / "model.pt"), str(root / "test.jsonl"), "--mode", "joint",
+                                       "--beam", "2", *lm_args, "--word-lm", str(words), "--word-lm-weight", "0.2",
+                                       "--out", str(out), "--threads", "1", "--device", "cpu"])
+        assert run.exit_code == 0, run.output
+        rtf = json.loads((out / "rtf.json").read_text())
+        assert rtf["word_lm"] == str(words) and rtf["word_lm_order"] == 2 and rtf["word_lm_weight"] == 0.2
+        assert rtf["lm"] == (str(arpa) if lm_args else None)
+    run = CliRunner().invoke(app, ["transcribe", str(root / "u0.wav"), "--model", str(root / "model.pt"), "--mode",
+                                   "joint", "--beam", "2", "--word-lm", str(words), "--threads", "1", "--device", "cpu"])
+    assert run.exit_code == 0, run.output
+    for flag, lm_file, message in (("--word-lm", arpa, "pieces"), ("--lm", words, "not a piece")):
+        run = CliRunner().invoke(app, ["decode", str(root / "model.pt"), str(root / "test.jsonl"), flag, str(lm_file),
+                                       "--out", str(tmp_path / "x"), "--threads", "1", "--device", "cpu"])
+        assert run.exit_code == 1 and message in run.output and "Traceback" not in run.output
     run = CliRunner().invoke(app, ["lm", str(extra), "--tokenizer", str(tmp_path / "no_tok"), "--out", str(arpa)])
     assert run.exit_code == 1 and "no tokenizer.json" in run.output and "Traceback" not in run.output
     for bad, message in ((tmp_path / "none.arpa", "No such file"), (root / "test.jsonl", "test.jsonl:")):
@@ -153,3 +175,49 @@ def test_cache_is_bounded(monkeypatch):
     for h, vec in list(want.items()) * 2:
         torch.testing.assert_close(lm.distribution(h), vec)
         assert len(lm._cache) <= 4
+
+
+def test_word_lm_scores_each_word_where_it_ends(tmp_path):
+    """A word LM fused at word boundaries: a piece that starts a word ("▁…") or <eos> completes the word being
+    spelled and gains γ·log p_word(word | earlier words); other pieces gain only the token LM's β·log p. Summing
+    the per-step scores along a hypothesis gives `sentence_log_prob` (what rescoring adds), and a word the LM
+    does not know is its <unk>."""
+    from asr_transformer.decode.word_lm import WordBoundaryLM
+
+    pieces = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁", "a", "b", "▁ab"]
+    SP, PA, PB, PAB = 5, 6, 7, 8
+    words = {"<unk>": UNK, "<s>": SOS, "</s>": EOS, "a": 5, "ab": 6, "b": 7}
+    word_lm = train_ngram([[5, 6], [6, 7], [6, 5, 7]], 8, order=2)
+    word_lm.write_arpa(tmp_path / "words.arpa", ["<blank>", "<unk>", "<s>", "</s>", "<mask>", "a", "ab", "b"])
+    word_lm = NgramLM.read_arpa(tmp_path / "words.arpa", None)
+    assert word_lm.words == words
+    token_lm = train_ngram([[SP, PA, SP, PA, PB], [PAB, SP, PB]], len(pieces), order=3)
+    fused = WordBoundaryLM(pieces, word_lm, 0.7, token_lm, 0.3)
+    p_word = lambda h, w: word_lm.distribution(h)[w].item()  # noqa: E731
+
+    # "▁a" spelled so far: a word start (▁ or ▁ab) or <eos> completes "a"; "a" or "b" continues it
+    scores = fused.next_log_probs(torch.tensor([[SOS, SP, PA]]))[0]
+    token = token_lm.distribution([SOS, SP, PA])
+    for piece in (SP, PAB):
+        assert scores[piece].item() == pytest.approx(0.3 * token[piece].item() + 0.7 * p_word([SOS], 5), abs=1e-5)
+    for piece in (PA, PB):
+        assert scores[piece].item() == pytest.approx(0.3 * token[piece].item(), abs=1e-5)
+    assert scores[EOS].item() == pytest.approx(
+        0.3 * token[EOS].item() + 0.7 * (p_word([SOS], 5) + p_word([SOS, 5], EOS)), abs=1e-5)
+    # the context is the words before: after "▁ab ▁b" the next boundary completes "b" given "ab"
+    scores = fused.next_log_probs(torch.tensor([[SOS, PAB, SP, PB]]))[0]
+    assert scores[SP].item() == pytest.approx(0.3 * token_lm.distribution([SOS, PAB, SP, PB])[SP].item()
+                                              + 0.7 * p_word([SOS, 6], 7), abs=1e-5)
+    # an unknown word ("ba") is <unk>
+    scores = WordBoundaryLM(pieces, word_lm, 1.0).next_log_probs(torch.tensor([[SOS, SP, PB, PA]]))[0]
+    assert scores[SP].item() == pytest.approx(p_word([SOS], UNK), abs=1e-5)
+    assert scores[PA].item() == 0.0
+    # the steps add up to the sentence score, <eos> included
+    for sentence in ([SP, PA, SP, PA, PB], [PAB, SP, PB, PA], [SP, PB], []):
+        prefix, steps = [SOS], 0.0
+        for t in sentence + [EOS]:
+            steps += fused.next_log_probs(torch.tensor([prefix]))[0, t].item()
+            prefix.append(t)
+        assert fused.sentence_log_prob(sentence) == pytest.approx(steps, abs=1e-4)
+    with pytest.raises(ValueError, match="word-level LM"):
+        WordBoundaryLM(pieces, token_lm, 1.0)

@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
+from asr_transformer.model.tokens import BLANK, EOS, MASK, NUM_SPECIAL, SOS, UNK
 
 LN10 = math.log(10.0)
 NOT_PREDICTED = (BLANK, SOS, MASK)  # never an LM outcome (as for the attention decoder)
@@ -49,9 +49,10 @@ class NgramLM:
     """
 
     def __init__(self, order: int, vocab_size: int, prob: dict[int, dict[tuple, dict[int, float]]],
-                 backoff: dict[tuple, float]):
+                 backoff: dict[tuple, float], words: dict[str, int] | None = None):
         self.order, self.vocab_size = order, vocab_size
         self.prob, self.backoff = prob, backoff
+        self.words = words  # a word LM's vocabulary (word → id); None for an LM over a tokenizer's pieces
         self._cache: dict[tuple, torch.Tensor] = {}
 
     # ------------------------------------------------------------------------------------ queries
@@ -89,6 +90,11 @@ class NgramLM:
         rows = histories[:, histories.size(1) - keep:].tolist() if keep > 0 else [[] for _ in range(histories.size(0))]
         return torch.stack([self._dense(tuple(r)) for r in rows]).to(histories.device)
 
+    def log_prob(self, history: Sequence[int], token: int) -> float:
+        """log p(token | history) without building a dense distribution (for large vocabularies)."""
+        h = tuple(history[len(history) - (self.order - 1):]) if self.order > 1 else ()
+        return _log_prob(self.prob, self.backoff, h, token)
+
     def sentence_log_prob(self, tokens: Sequence[int]) -> float:
         """log p(tokens </s> | <s>) (natural log)."""
         seq = [SOS, *tokens, EOS]
@@ -121,10 +127,16 @@ class NgramLM:
             f.write("\n\\end\\\n")
 
     @classmethod
-    def read_arpa(cls, path: str | os.PathLike, pieces: Sequence[str]) -> "NgramLM":
-        """Read ARPA whose words are `pieces` (the model's tokenizer, id → piece) or <s>, </s>, <unk>."""
-        ids = {p: i for i, p in enumerate(pieces) if i not in NOT_PREDICTED and i not in SPECIAL_WORDS}
-        ids.update({w: i for i, w in SPECIAL_WORDS.items()})
+    def read_arpa(cls, path: str | os.PathLike, pieces: Sequence[str] | None) -> "NgramLM":
+        """Read ARPA whose words are `pieces` (the model's tokenizer, id → piece) or <s>, </s>, <unk>.
+
+        pieces=None reads a word LM (`asr lm --words`): its words get ids in the order the file lists them,
+        after the special ids, and `words` maps them."""
+        if pieces is None:
+            ids = {w: i for i, w in SPECIAL_WORDS.items()}
+        else:
+            ids = {p: i for i, p in enumerate(pieces) if i not in NOT_PREDICTED and i not in SPECIAL_WORDS}
+            ids.update({w: i for i, w in SPECIAL_WORDS.items()})
         prob: dict[int, dict[tuple, dict[int, float]]] = defaultdict(dict)
         backoff: dict[tuple, float] = {}
         order, section = 0, None
@@ -145,6 +157,8 @@ class NgramLM:
                 if len(fields) not in (section + 1, section + 2):
                     raise NgramError(f"{path}:{number}: a {section}-gram line needs log10 p, {section} words "
                                      f"and an optional back-off; got {len(fields)} fields")
+                if pieces is None and section == 1 and fields[1] not in ids:
+                    ids[fields[1]] = NUM_SPECIAL + len(ids) - len(SPECIAL_WORDS)
                 try:
                     gram = tuple(ids[w] for w in fields[1:section + 1])
                 except KeyError as e:
@@ -160,6 +174,8 @@ class NgramLM:
                     prob[section].setdefault(gram[:-1], {})[gram[-1]] = lp
         if order == 0:
             raise NgramError(f"{path}: no n-grams (is this an ARPA file?)")
+        if pieces is None:
+            return cls(order, max(ids.values()) + 1, dict(prob), backoff, words=ids)
         return cls(order, len(pieces), dict(prob), backoff)
 
 

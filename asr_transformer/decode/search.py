@@ -10,7 +10,8 @@ Modes and what a hypothesis' score is:
     rescore   ctc_beam's n-best rescored by the attention        λ·log P_ctc + (1−λ)·log p_att(y <eos>) + length bonus
               decoder (teacher-forced)
 λ = ctc_weight. With an n-gram LM (decode/ngram.py), beam, joint and rescore add β·log p_lm(y <eos>)
-(shallow fusion, β = lm_weight). Every mode decodes a whole batch of utterances at once.
+(shallow fusion, β = lm_weight), and with a word LM (decode/word_lm.py) also γ·log p_word of each word.
+Every mode decodes a whole batch of utterances at once.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.model.tokens import EOS, IGNORE_ID, PAD, SOS
 
-__all__ = ["MODES", "Hypothesis", "recognize", "decode_manifest", "attention_scores", "check_modes"]
+__all__ = ["MODES", "Hypothesis", "recognize", "decode_manifest", "attention_scores", "check_modes", "load_fusion_lm"]
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
 LM_MODES = ("beam", "joint", "rescore")  # the modes an n-gram LM takes part in
@@ -111,7 +112,8 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
         feats: (B, T, F) raw log-mel features (the model applies its CMVN); feat_lens (B,).
         opts: DecodeConfig (mode, beam, ctc_weight, length_penalty, max_len_ratio, maskctc_*, nbest).
         pre_beam: joint mode: candidates per hypothesis scored by CTC (default 1.5·beam; 0 = whole vocabulary).
-        lm: an NgramLM over the model's tokens, fused with weight opts.lm_weight in beam, joint and rescore.
+        lm: an NgramLM over the model's tokens (or a WordBoundaryLM: `load_fusion_lm`), fused with weight
+            opts.lm_weight in beam, joint and rescore.
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
@@ -159,6 +161,27 @@ def load_lm(path: str | os.PathLike, tokenizer):
         raise DecodeError(f"--lm: {e}") from None
 
 
+def load_fusion_lm(tokenizer, lm: str | os.PathLike | None, lm_weight: float,
+                   word_lm: str | os.PathLike | None = None, word_lm_weight: float = 0.0):
+    """The LM to fuse and the weight to fuse it with: (None, β) without any; (NgramLM, β) with `lm` alone; with
+    `word_lm` (an `asr lm --words` ARPA) a WordBoundaryLM that applies both weights itself, with weight 1."""
+    from asr_transformer.decode.ngram import NgramError, NgramLM
+    from asr_transformer.decode.word_lm import WORD_START, WordBoundaryLM
+
+    token_lm = load_lm(lm, tokenizer) if lm is not None else None
+    if word_lm is None:
+        return token_lm, lm_weight
+    try:
+        words = NgramLM.read_arpa(word_lm, None)
+    except (NgramError, OSError, UnicodeDecodeError) as e:
+        raise DecodeError(f"--word-lm: {e}") from None
+    if any(w.startswith(WORD_START) for w in words.words):
+        raise DecodeError(f"--word-lm {word_lm}: its words are a tokenizer's pieces; train a word LM with "
+                          "`asr lm --words` (or pass this one as --lm)")
+    return WordBoundaryLM(tokenizer.pieces(range(tokenizer.vocab_size)), words, word_lm_weight, token_lm,
+                          lm_weight), 1.0
+
+
 def _pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -179,7 +202,8 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
                     length_penalty: float = 0.0, maskctc_iterations: int = 10, maskctc_threshold: float = 0.99,
                     batch_size: int = 16, device: str = "auto", threads: int = 0, score: bool = True,
                     nbest: int = 1, max_len_ratio: float | None = None, pre_beam: int | None = None,
-                    precision: str = "fp32", lm: str | os.PathLike | None = None, lm_weight: float = 0.5) -> dict:
+                    precision: str = "fp32", lm: str | os.PathLike | None = None, lm_weight: float = 0.5,
+                    word_lm: str | os.PathLike | None = None, word_lm_weight: float = 0.3) -> dict:
     """Decode every utterance of `manifest` with each mode in `modes`.
 
     Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
@@ -187,7 +211,8 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     (decode wall time of the batches — encoder and search, features excluded — audio seconds, RTF; feature
     time reported apart; the encoder's `precision`), and with `score`, `result.txt`/`alignments.txt`/`result.json`
     (asr_transformer.scoring). `lm`: an ARPA n-gram LM over the model's tokens (`asr lm`), fused with weight
-    `lm_weight` in the beam, joint and rescore modes.
+    `lm_weight` in the beam, joint and rescore modes; `word_lm` (`asr lm --words`) adds a word LM at word
+    boundaries with weight `word_lm_weight` (decode/word_lm.py).
 
     Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
     """
@@ -208,7 +233,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     except ValueError as e:
         raise DecodeError(f"--precision {precision}: {e}") from None
     model, tokenizer, cfg = load_package(model_path, dev, precision)
-    ngram = load_lm(lm, tokenizer) if lm is not None else None
+    ngram, fusion_weight = load_fusion_lm(tokenizer, lm, lm_weight, word_lm, word_lm_weight)
     base = replace(cfg.decode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
                    maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
                    nbest=max(1, min(nbest, beam)), batch_size=batch_size, lm_weight=lm_weight)
@@ -243,7 +268,8 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
             feature_time += time.perf_counter() - t0
             for m in modes:
                 t0 = time.perf_counter()
-                hyps = recognize(model, padded, lens, replace(base, mode=m), pre_beam=pre_beam, lm=ngram)
+                hyps = recognize(model, padded, lens, replace(base, mode=m, lm_weight=fusion_weight), pre_beam=pre_beam,
+                                 lm=ngram)
                 decode_time[m] += time.perf_counter() - t0
                 for i, h in zip(batch, hyps):
                     results[m][i] = h
@@ -273,7 +299,10 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
                 "feature_seconds": round(feature_time, 4), "feature_rtf": feature_time / max(audio_seconds, 1e-9),
                 "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size,
                 "precision": precision, "lm": str(lm) if lm is not None and m in LM_MODES else None,
-                "lm_order": ngram.order if ngram is not None and m in LM_MODES else None,
+                "lm_order": ngram.order if lm is not None and m in LM_MODES else None,
+                "word_lm": str(word_lm) if word_lm is not None and m in LM_MODES else None,
+                "word_lm_order": ngram.word_lm.order if word_lm is not None and m in LM_MODES else None,
+                "word_lm_weight": word_lm_weight if word_lm is not None and m in LM_MODES else None,
                 "options": {k: v for k, v in vars(replace(base, mode=m)).items()}}
         write_json(d / "rtf.json", info)
         summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}

@@ -1,0 +1,116 @@
+"""A word n-gram LM fused into a decoder of characters or sub-words, at word boundaries.
+
+A character LM sees a few words back at most; a word LM sees whole words, but the decoder emits pieces. As in
+Hori et al. 2018 (multi-level LMs for open-vocabulary end-to-end recognition), the word LM is consulted when a
+word ends: a piece that begins a new word (its sentencepiece form starts with "▁"), or <eos>, completes the
+word before it, and that candidate gains  γ·log p_word(word | the words before it)  (<eos> also gains
+γ·log p_word(</s> | …)). Every other candidate gains nothing from the word LM. A word the LM does not know
+is its <unk>, so the LM's unknown-word probability is the price of a word outside its vocabulary. The
+token-level LM, when there is one, keeps scoring every piece (weight β), so the total LM term is
+
+    β·log p_token(c | prefix) + γ·[c ends a word]·log p_word(that word | earlier words)
+
+`WordBoundaryLM` offers the interface the decoders use for an LM (`next_log_probs`, `sentence_log_prob`)
+with the weights already applied, so the decoders fuse it with weight 1.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from asr_transformer.decode.ngram import NgramLM
+from asr_transformer.model.tokens import EOS, MASK, SOS, UNK
+
+WORD_START = "▁"  # sentencepiece's mark of a piece that begins a word
+_CACHE_ROWS = 1 << 16  # prefix states kept between calls before the cache is emptied
+
+
+class WordBoundaryLM:
+    """Token LM (weight β, optional) + word LM at word boundaries (weight γ); see the module docstring.
+
+    Args:
+        pieces: the model's tokenizer pieces, id → piece.
+        word_lm: an NgramLM read with `NgramLM.read_arpa(path, None)` (its `words` set).
+        token_lm: an NgramLM over the same pieces, or None.
+    """
+
+    def __init__(self, pieces: Sequence[str], word_lm: NgramLM, word_weight: float,
+                 token_lm: NgramLM | None = None, token_weight: float = 0.0):
+        if word_lm.words is None:
+            raise ValueError("word_lm must be a word-level LM (`asr lm --words`), not one over a tokenizer's pieces")
+        self.word_lm, self.word_weight = word_lm, float(word_weight)
+        self.token_lm, self.token_weight = token_lm, float(token_weight)
+        self.vocab_size = len(pieces)
+        self.order = token_lm.order if token_lm is not None else 1
+        self.pieces = [p if i > MASK else "" for i, p in enumerate(pieces)]
+        self.starts_word = torch.tensor([p.startswith(WORD_START) for p in self.pieces])  # (V,)
+        self._state: dict[tuple, tuple[tuple[int, ...], str]] = {}
+
+    # -------------------------------------------------------------------------- prefix → words
+
+    def _words(self, prefix: tuple) -> tuple[tuple[int, ...], str]:
+        """(ids of the finished words of `prefix` (<sos> first), the word being spelled), extended piece by
+        piece from the longest cached prefix: during a beam search that is the prefix one piece shorter."""
+        known = len(prefix)
+        while known > 1 and prefix[:known] not in self._state:
+            known -= 1
+        done, current = self._state.get(prefix[:known], ((), ""))
+        if len(self._state) + len(prefix) - known > _CACHE_ROWS:
+            self._state.clear()
+        for end in range(known + 1, len(prefix) + 1):
+            piece = self.pieces[prefix[end - 1]]
+            if piece.startswith(WORD_START):
+                if current:
+                    done = done + (self._word_id(current),)
+                current = piece[len(WORD_START):]
+            else:
+                current += piece
+            self._state[prefix[:end]] = (done, current)
+        return done, current
+
+    def _word_id(self, word: str) -> int:
+        return self.word_lm.words.get(word, UNK)
+
+    def _word_log_prob(self, done: tuple[int, ...], current: str, eos: bool) -> float:
+        """log p_word of finishing `current` after `done` (and of </s> after it when `eos`)."""
+        history = (SOS,) + done
+        lp = 0.0
+        if current:
+            word = self._word_id(current)
+            lp += self.word_lm.log_prob(history, word)
+            history = history + (word,)
+        if eos:
+            lp += self.word_lm.log_prob(history, EOS)
+        return lp
+
+    # -------------------------------------------------------------------------- the LM interface
+
+    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
+        """histories (N, L) token ids starting with <sos> → weighted LM score of each next token (N, V)."""
+        if self.token_lm is not None and self.token_weight != 0.0:
+            out = self.token_weight * self.token_lm.next_log_probs(histories).cpu()
+        else:
+            out = torch.zeros(histories.size(0), self.vocab_size)
+        boundary, end = [], []
+        for row in histories.tolist():
+            done, current = self._words(tuple(row))
+            boundary.append(self._word_log_prob(done, current, eos=False))
+            end.append(self._word_log_prob(done, current, eos=True))
+        word = self.word_weight * torch.tensor(boundary).unsqueeze(1)  # (N, 1)
+        out = out + torch.where(self.starts_word, word, 0.0)
+        out[:, EOS] += self.word_weight * torch.tensor(end)
+        return out.to(histories.device)
+
+    def sentence_log_prob(self, tokens: Sequence[int]) -> float:
+        """The weighted LM score of the whole hypothesis `tokens` followed by <eos>."""
+        total = 0.0
+        if self.token_lm is not None and self.token_weight != 0.0:
+            total += self.token_weight * self.token_lm.sentence_log_prob(tokens)
+        prefix = (SOS,)
+        for t in tokens:
+            if self.pieces[int(t)].startswith(WORD_START):
+                total += self.word_weight * self._word_log_prob(*self._words(prefix), eos=False)
+            prefix = prefix + (int(t),)
+        return total + self.word_weight * self._word_log_prob(*self._words(prefix), eos=True)
