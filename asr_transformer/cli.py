@@ -262,12 +262,10 @@ def lm_(
     sentences = [s for s in sentences if s]
     if not sentences:
         _fail(f"no text in {', '.join(map(str, texts))}")
-    if words:  # ids 0..4 stay the special ones (the ARPA file names <unk>, <s>, </s>)
-        model = train_ngram(sentences, len(vocab), order)
-        model.write_arpa(out, list(vocab))
-    else:
-        model = train_ngram(sentences, tok.vocab_size, order)
-        model.write_arpa(out, tok.pieces(range(tok.vocab_size)))
+    # a word LM's ids 0..4 stay the special ones (the ARPA file names <unk>, <s>, </s>)
+    names = list(vocab) if words else tok.pieces(range(tok.vocab_size))
+    model = train_ngram(sentences, len(names), order)
+    model.write_arpa(out, names)
     counts = ", ".join(f"{sum(len(w) for w in model.prob[n].values())} {n}-grams" for n in range(1, order + 1))
     kind = f"word {order}-gram LM ({len(vocab) - len(SPECIAL_TOKENS)} words)" if words else f"{order}-gram LM"
     typer.echo(f"{out}: {kind} from {len(sentences)} sentences ({counts})")

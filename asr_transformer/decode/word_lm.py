@@ -43,7 +43,6 @@ class WordBoundaryLM:
         self.word_lm, self.word_weight = word_lm, float(word_weight)
         self.token_lm, self.token_weight = token_lm, float(token_weight)
         self.vocab_size = len(pieces)
-        self.order = token_lm.order if token_lm is not None else 1
         self.pieces = [p if i > MASK else "" for i, p in enumerate(pieces)]
         self.starts_word = torch.tensor([p.startswith(WORD_START) for p in self.pieces])  # (V,)
         self._state: dict[tuple, tuple[tuple[int, ...], str]] = {}
@@ -73,17 +72,15 @@ class WordBoundaryLM:
     def _word_id(self, word: str) -> int:
         return self.word_lm.words.get(word, UNK)
 
-    def _word_log_prob(self, done: tuple[int, ...], current: str, eos: bool) -> float:
-        """log p_word of finishing `current` after `done` (and of </s> after it when `eos`)."""
+    def _word_scores(self, done: tuple[int, ...], current: str) -> tuple[float, float]:
+        """log p_word of finishing `current` after `done`, and of finishing it and then </s>."""
         history = (SOS,) + done
         lp = 0.0
         if current:
             word = self._word_id(current)
-            lp += self.word_lm.log_prob(history, word)
+            lp = self.word_lm.log_prob(history, word)
             history = history + (word,)
-        if eos:
-            lp += self.word_lm.log_prob(history, EOS)
-        return lp
+        return lp, lp + self.word_lm.log_prob(history, EOS)
 
     # -------------------------------------------------------------------------- the LM interface
 
@@ -93,14 +90,10 @@ class WordBoundaryLM:
             out = self.token_weight * self.token_lm.next_log_probs(histories).cpu()
         else:
             out = torch.zeros(histories.size(0), self.vocab_size)
-        boundary, end = [], []
-        for row in histories.tolist():
-            done, current = self._words(tuple(row))
-            boundary.append(self._word_log_prob(done, current, eos=False))
-            end.append(self._word_log_prob(done, current, eos=True))
-        word = self.word_weight * torch.tensor(boundary).unsqueeze(1)  # (N, 1)
-        out = out + torch.where(self.starts_word, word, 0.0)
-        out[:, EOS] += self.word_weight * torch.tensor(end)
+        scores = self.word_weight * torch.tensor([self._word_scores(*self._words(tuple(row)))
+                                                  for row in histories.tolist()]).view(-1, 2)  # word ends, then </s>
+        out = out + torch.where(self.starts_word, scores[:, :1], 0.0)
+        out[:, EOS] += scores[:, 1]
         return out.to(histories.device)
 
     def sentence_log_prob(self, tokens: Sequence[int]) -> float:
@@ -111,6 +104,6 @@ class WordBoundaryLM:
         prefix = (SOS,)
         for t in tokens:
             if self.pieces[int(t)].startswith(WORD_START):
-                total += self.word_weight * self._word_log_prob(*self._words(prefix), eos=False)
+                total += self.word_weight * self._word_scores(*self._words(prefix))[0]
             prefix = prefix + (int(t),)
-        return total + self.word_weight * self._word_log_prob(*self._words(prefix), eos=True)
+        return total + self.word_weight * self._word_scores(*self._words(prefix))[1]
