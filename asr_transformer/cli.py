@@ -165,13 +165,31 @@ def prepare_synthetic(
     text_file: Optional[Path] = typer.Option(None, help="Sentences to speak, one per line (default: the grammar)."),
     share_texts: bool = typer.Option(False, help="With --text-file: every split speaks every line (the voices "
                                                  "stay disjoint), for closed vocabularies such as digits."),
+    train_weight: List[str] = typer.Option([], help="CATEGORY=WEIGHT: the grammar's weight of a sentence category "
+                                                  "(numbers, digits, letters, dates, times, commands) in train only; "
+                                                  "repeatable. Dev and test keep the grammar's mix."),
     jobs: Optional[int] = typer.Option(None, help="Worker processes (default: all cores)."),
 ):
     """Offline multi-voice synthetic speech (espeak-ng; flite voices too where installed)."""
     from asr_transformer.data.corpora import synthetic
 
+    from asr_transformer.data import grammar
+
+    weights = {}
+    for item in train_weight:
+        name, _, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise typer.BadParameter(f"{item!r}: expected CATEGORY=WEIGHT, e.g. letters=24", param_hint="--train-weight")
+    if weights and text_file is not None:
+        raise typer.BadParameter("reweighs the grammar's categories; a --text-file has none", param_hint="--train-weight")
+    try:
+        grammar.category_weights(weights)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--train-weight")
     _echo_summary(synthetic.prepare(out, hours_train=hours, utts_dev=dev_utts, utts_test=test_utts, seed=seed,
-                                    text_file=text_file, jobs=jobs, share_texts=share_texts))
+                                    text_file=text_file, jobs=jobs, share_texts=share_texts, train_weights=weights))
 
 
 @app.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,26 @@ def test_grammar_sentences_are_clean_and_in_vocabulary():
     assert used <= vocab
     assert len(used) >= 0.9 * len(vocab)  # the whole vocabulary is exercised, not a corner of it
     assert len(set(sentences)) > 0.7 * len(sentences)  # fixed phrases ("good night") repeat
+
+
+def _has_a_single_letter(sentence: str) -> bool:
+    return any(len(word) == 1 for word in sentence.split())
+
+
+def test_category_weights_change_the_mix_of_sentences():
+    only_letters = {name: 0 for name in grammar.WEIGHTS if name != "letters"}
+    assert all(_has_a_single_letter(s) for s in islice(grammar.sentences(0, only_letters), 300))
+    default = grammar.generate(3000, seed=0)
+    assert not all(_has_a_single_letter(s) for s in default)
+    assert list(islice(grammar.sentences(0, {}), 3000)) == default  # no override: the grammar's own mix
+    more = list(islice(grammar.sentences(0, {"letters": 3 * grammar.WEIGHTS["letters"]}), 3000))
+    share = [sum(map(_has_a_single_letter, texts)) / len(texts) for texts in (default, more)]
+    assert share[1] > share[0] + 0.1
+    for bad, message in (({"letter": 2}, "unknown sentence category 'letter'; the grammar has numbers"),
+                         ({"digits": -1}, "negative"),
+                         ({name: 0 for name in grammar.WEIGHTS}, "every sentence category has weight 0")):
+        with pytest.raises(ValueError, match=message):
+            grammar.category_weights(bad)
 
 
 def test_number_speller():
@@ -139,6 +160,33 @@ def test_text_file_input(corpora):
     assert texts["train"] and texts["dev"] and texts["test"]
     assert not texts["train"] & (texts["dev"] | texts["test"])
     assert summary["texts_disjoint"] and summary["texts"].endswith("mine.txt")
+
+
+def test_train_weights_change_train_texts_only(corpora, tmp_path):
+    root, a, _, _, _ = corpora
+    only_letters = {name: 0.0 for name in grammar.WEIGHTS if name != "letters"}
+    summary = synthetic.prepare(tmp_path / "w", hours_train=TINY_HOURS, utts_dev=3, utts_test=3, seed=7, jobs=2,
+                                train_weights=only_letters)
+    train = _records(tmp_path / "w", "train")
+    assert train and all(_has_a_single_letter(u.text) for u in train)
+    assert {u.text for u in train} != {u.text for u in _records(root / "a", "train")}
+    for split in ("dev", "test"):  # held-out texts come from the grammar's own mix, as without the weights
+        assert [u.text for u in _records(tmp_path / "w", split)] == [u.text for u in _records(root / "a", split)]
+    assert summary["train_weights"] == {**grammar.WEIGHTS, **only_letters}
+    assert a["train_weights"] == grammar.WEIGHTS
+
+
+def test_prepare_synthetic_rejects_bad_train_weights(tmp_path):
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+
+    for args, message in ((["--train-weight", "letter=3"], "unknown sentence category 'letter'"),
+                          (["--train-weight", "letters"], "expected CATEGORY=WEIGHT"),
+                          (["--train-weight", "letters=3", "--text-file", str(tmp_path / "t.txt")], "a --text-file has")):
+        run = CliRunner().invoke(app, ["prepare", "synthetic", "--out", str(tmp_path / "x"), *args], env={"COLUMNS": "300"})
+        assert run.exit_code != 0 and message in run.output, run.output
+    assert not (tmp_path / "x").exists()
 
 
 def test_shared_texts_keep_every_line_in_every_split(tmp_path):

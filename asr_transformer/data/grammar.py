@@ -232,11 +232,29 @@ def _fill(template: str, rng: random.Random) -> str:
     return _SLOT.sub(lambda m: FILLERS[m.group(1)](rng), template)
 
 
-def sentences(seed: int = 0) -> Iterator[str]:
-    """An endless, deterministic stream of sentences of MIN_WORDS..MAX_WORDS words."""
+def category_weights(overrides: dict[str, float] | None = None) -> dict[str, float]:
+    """WEIGHTS with some categories' weights replaced, e.g. ``{"letters": 24}``."""
+    weights = dict(WEIGHTS)
+    for name, weight in (overrides or {}).items():
+        if name not in WEIGHTS:
+            raise ValueError(f"unknown sentence category {name!r}; the grammar has {', '.join(WEIGHTS)}")
+        if weight < 0:
+            raise ValueError(f"category {name!r}: weight {weight} is negative")
+        weights[name] = weight
+    if not any(weights.values()):
+        raise ValueError("every sentence category has weight 0")
+    return weights
+
+
+def sentences(seed: int = 0, weights: dict[str, float] | None = None) -> Iterator[str]:
+    """An endless, deterministic stream of sentences of MIN_WORDS..MAX_WORDS words.
+
+    `weights` replaces some categories' weights (:func:`category_weights`); the default is WEIGHTS.
+    """
     rng = random.Random(seed)
-    categories = list(WEIGHTS)
-    weights = [WEIGHTS[c] for c in categories]
+    chosen = category_weights(weights)
+    categories = list(chosen)
+    weights = [chosen[c] for c in categories]
     while True:
         category = rng.choices(categories, weights=weights)[0]
         text = " ".join(_fill(rng.choice(TEMPLATES[category]), rng).split())

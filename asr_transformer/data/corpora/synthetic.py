@@ -356,12 +356,15 @@ def prepare(
     text_file: str | os.PathLike | None = None,
     jobs: int | None = None,
     share_texts: bool = False,
+    train_weights: dict[str, float] | None = None,
 ) -> dict:
     """Synthesize train (about `hours_train` hours), dev and test; write wavs, manifests, summary.
 
     Texts come from :mod:`asr_transformer.data.grammar` or, with `text_file`, from its lines
     (shuffled; about a tenth each reserved for dev and test when the file has 10+ sentences; with `share_texts`
     every split speaks every line, for a closed vocabulary such as digits: the voices stay disjoint).
+    `train_weights` changes the grammar's mix of sentence categories in train only (e.g. ``{"letters": 24}``
+    for more spelled letters); dev and test keep the grammar's own mix.
     Returns the summary written to ``out_dir/summary.json``.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -379,8 +382,10 @@ def prepare(
         folder.mkdir(parents=True)
 
     # Texts: a train stream, and dev/test lists disjoint from train where possible.
+    if train_weights and text_file is not None:
+        raise ValueError("train_weights reweigh the grammar's categories; a text file has none")
     if text_file is None:
-        train_stream: Iterator[str] = grammar.sentences(seed)
+        train_stream: Iterator[str] = grammar.sentences(seed, train_weights)
         dev_stream = grammar.sentences(_sub_seed(seed, "dev"))
         test_stream = grammar.sentences(_sub_seed(seed, "test"))
     else:
@@ -484,6 +489,7 @@ def prepare(
         "seed": seed,
         "texts": "grammar" if text_file is None else str(Path(text_file).resolve()),
         "texts_disjoint": disjoint,
+        "train_weights": grammar.category_weights(train_weights) if text_file is None else None,
         "splits": {
             split: {
                 "utterances": len(records[split]),
