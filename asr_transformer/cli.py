@@ -168,6 +168,9 @@ def prepare_synthetic(
     train_weight: List[str] = typer.Option([], help="CATEGORY=WEIGHT: the grammar's weight of a sentence category "
                                                   "(numbers, digits, letters, dates, times, commands) in train only; "
                                                   "repeatable. Dev and test keep the grammar's mix."),
+    sample_rate: int = typer.Option(16000, min=8000, max=48000,
+                                    help="Sample rate of the written audio; 8000 for telephone-band speech "
+                                         "(to match a corpus recorded at 8 kHz)."),
     jobs: Optional[int] = typer.Option(None, help="Worker processes (default: all cores)."),
 ):
     """Offline multi-voice synthetic speech (espeak-ng; flite voices too where installed)."""
@@ -189,7 +192,8 @@ def prepare_synthetic(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--train-weight")
     _echo_summary(synthetic.prepare(out, hours_train=hours, utts_dev=dev_utts, utts_test=test_utts, seed=seed,
-                                    text_file=text_file, jobs=jobs, share_texts=share_texts, train_weights=weights))
+                                    text_file=text_file, jobs=jobs, share_texts=share_texts, train_weights=weights,
+                                    sample_rate=sample_rate))
 
 
 @app.command()

@@ -72,7 +72,7 @@ def test_fsdd_recipe_adds_synthetic_digits_to_training_unless_told_not_to(tmp_pa
         return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
     steps = planned()
-    assert "asr prepare synthetic" in steps and "--text-file digits.txt --share-texts" in steps
+    assert "asr prepare synthetic" in steps and "--text-file digits.txt --share-texts --sample-rate 8000" in steps
     assert f"asr combine {tmp_path / 'data/train_tts.jsonl'} {tmp_path / 'data/train.jsonl'}" in steps
     assert "--train-manifest train_tts.jsonl" in steps
     steps = planned("TTS_HOURS=0")

@@ -176,6 +176,24 @@ def test_train_weights_change_train_texts_only(corpora, tmp_path):
     assert a["train_weights"] == grammar.WEIGHTS
 
 
+def test_telephone_band_corpus_at_8_khz(corpora, tmp_path):
+    from asr_transformer.data.audio import load_utterance
+
+    root, _, _, _, _ = corpora
+    summary = synthetic.prepare(tmp_path / "t", hours_train=TINY_HOURS, utts_dev=3, utts_test=3, seed=7, jobs=2,
+                                sample_rate=8000)
+    assert summary["sample_rate"] == 8000
+    for split in SPLITS:  # the same utterances as at 16 kHz, written at 8 kHz
+        narrow, wide = _records(tmp_path / "t", split), _records(root / "a", split)
+        assert [(u.id, u.text) for u in narrow] == [(u.id, u.text) for u in wide]
+        for u, w in zip(narrow, wide):
+            info = sf.info(u.audio)
+            assert info.samplerate == 8000 and abs(info.frames / 8000 - u.duration) < 1e-3
+            assert abs(u.duration - w.duration) < 0.005, u.id
+    samples = load_utterance(narrow[0])  # read back at the model's 16 kHz
+    assert abs(len(samples) / 16000 - narrow[0].duration) < 1e-3
+
+
 def test_prepare_synthetic_rejects_bad_train_weights(tmp_path):
     from typer.testing import CliRunner
 
@@ -183,7 +201,8 @@ def test_prepare_synthetic_rejects_bad_train_weights(tmp_path):
 
     for args, message in ((["--train-weight", "letter=3"], "unknown sentence category 'letter'"),
                           (["--train-weight", "letters"], "expected CATEGORY=WEIGHT"),
-                          (["--train-weight", "letters=3", "--text-file", str(tmp_path / "t.txt")], "a --text-file has")):
+                          (["--train-weight", "letters=3", "--text-file", str(tmp_path / "t.txt")], "a --text-file has"),
+                          (["--sample-rate", "800"], "Invalid value for '--sample-rate'")):
         run = CliRunner().invoke(app, ["prepare", "synthetic", "--out", str(tmp_path / "x"), *args], env={"COLUMNS": "300"})
         assert run.exit_code != 0 and message in run.output, run.output
     assert not (tmp_path / "x").exists()

@@ -237,22 +237,22 @@ def to_pcm16(samples: np.ndarray) -> np.ndarray:
     return np.clip(np.round(samples * 32767.0), -32768, 32767).astype(np.int16)
 
 
-def resample_many(signals: list[np.ndarray], rate: int) -> list[np.ndarray]:
-    """Resample several float32 signals at `rate` to 16 kHz in one call (one filter, one conv).
+def resample_many(signals: list[np.ndarray], rate: int, out_rate: int = SAMPLE_RATE) -> list[np.ndarray]:
+    """Resample several float32 signals at `rate` to `out_rate` in one call (one filter, one conv).
 
     Each signal is zero-padded to whole resampling blocks (rate/gcd samples, 20 ms for 22050 Hz)
     and followed by one block of zeros, far wider than the filter, so no signal leaks into the
     next and each piece equals resampling that padded signal alone.
     """
-    block_in = rate // math.gcd(rate, SAMPLE_RATE)
-    block_out = SAMPLE_RATE // math.gcd(rate, SAMPLE_RATE)
+    block_in = rate // math.gcd(rate, out_rate)
+    block_out = out_rate // math.gcd(rate, out_rate)
     blocks = [-(-len(x) // block_in) for x in signals]  # ceil
     joined = np.zeros((sum(blocks) + len(signals)) * block_in, np.float32)
     start = 0
     for x, n in zip(signals, blocks):
         joined[start:start + len(x)] = x
         start += (n + 1) * block_in
-    out = resample(joined, rate, SAMPLE_RATE)
+    out = resample(joined, rate, out_rate)
     pieces, start = [], 0
     for n in blocks:
         pieces.append(out[start:start + n * block_out])
@@ -260,8 +260,10 @@ def resample_many(signals: list[np.ndarray], rate: int) -> list[np.ndarray]:
     return pieces
 
 
-def _synth_lane(lane: list[tuple[str, str, Speaker, str]]) -> list[tuple[str, float, str | None]]:
-    """Worker: synthesize one lane (id, text, speaker, wav path) in order → (id, seconds, error)."""
+def _synth_lane(job: tuple[list[tuple[str, str, Speaker, str]], int]) -> list[tuple[str, float, str | None]]:
+    """Worker: synthesize one lane (id, text, speaker, wav path) in order, written at the job's sample
+    rate → (id, seconds, error)."""
+    lane, out_rate = job
     import torch
 
     torch.set_num_threads(1)
@@ -283,13 +285,13 @@ def _synth_lane(lane: list[tuple[str, str, Speaker, str]]) -> list[tuple[str, fl
         except Exception as e:  # counted and reported, never silently dropped
             results[uid] = (0.0, f"{type(e).__name__}: {e}")
     for rate, group in sorted(made.items()):
-        for (uid, path, _), audio in zip(group, resample_many([x for _, _, x in group], rate)):
+        for (uid, path, _), audio in zip(group, resample_many([x for _, _, x in group], rate, out_rate)):
             try:
                 pcm16 = to_pcm16(audio)
                 tmp = f"{path}.tmp.wav"
-                sf.write(tmp, pcm16, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+                sf.write(tmp, pcm16, out_rate, subtype="PCM_16", format="WAV")
                 os.replace(tmp, path)
-                results[uid] = (len(pcm16) / SAMPLE_RATE, None)
+                results[uid] = (len(pcm16) / out_rate, None)
             except Exception as e:
                 results[uid] = (0.0, f"{type(e).__name__}: {e}")
     return [(uid, *results[uid]) for uid, *_ in lane]
@@ -357,6 +359,7 @@ def prepare(
     jobs: int | None = None,
     share_texts: bool = False,
     train_weights: dict[str, float] | None = None,
+    sample_rate: int = SAMPLE_RATE,
 ) -> dict:
     """Synthesize train (about `hours_train` hours), dev and test; write wavs, manifests, summary.
 
@@ -365,6 +368,8 @@ def prepare(
     every split speaks every line, for a closed vocabulary such as digits: the voices stay disjoint).
     `train_weights` changes the grammar's mix of sentence categories in train only (e.g. ``{"letters": 24}``
     for more spelled letters); dev and test keep the grammar's own mix.
+    `sample_rate` is the rate of the written files: 8000 gives telephone-band speech (nothing above 4 kHz)
+    to match a corpus recorded at 8 kHz.
     Returns the summary written to ``out_dir/summary.json``.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -418,7 +423,7 @@ def prepare(
             progress.update(task, total=total + len(plan))
             lanes = [plan[i:i + LANE] for i in range(0, len(plan), LANE)]
             seconds: dict[str, float] = {}
-            for lane_result in pool.imap_unordered(_synth_lane, lanes):
+            for lane_result in pool.imap_unordered(_synth_lane, [(lane, sample_rate) for lane in lanes]):
                 for uid, duration, error in lane_result:
                     if error is None:
                         seconds[uid] = duration
@@ -489,6 +494,7 @@ def prepare(
         "seed": seed,
         "texts": "grammar" if text_file is None else str(Path(text_file).resolve()),
         "texts_disjoint": disjoint,
+        "sample_rate": sample_rate,
         "train_weights": grammar.category_weights(train_weights) if text_file is None else None,
         "splits": {
             split: {
