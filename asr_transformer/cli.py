@@ -174,9 +174,8 @@ def prepare_synthetic(
     jobs: Optional[int] = typer.Option(None, help="Worker processes (default: all cores)."),
 ):
     """Offline multi-voice synthetic speech (espeak-ng; flite voices too where installed)."""
-    from asr_transformer.data.corpora import synthetic
-
     from asr_transformer.data import grammar
+    from asr_transformer.data.corpora import synthetic
 
     weights = {}
     for item in train_weight:

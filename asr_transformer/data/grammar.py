@@ -254,9 +254,9 @@ def sentences(seed: int = 0, weights: dict[str, float] | None = None) -> Iterato
     rng = random.Random(seed)
     chosen = category_weights(weights)
     categories = list(chosen)
-    weights = [chosen[c] for c in categories]
+    shares = [chosen[c] for c in categories]
     while True:
-        category = rng.choices(categories, weights=weights)[0]
+        category = rng.choices(categories, weights=shares)[0]
         text = " ".join(_fill(rng.choice(TEMPLATES[category]), rng).split())
         if MIN_WORDS <= len(text.split()) <= MAX_WORDS:
             yield text
