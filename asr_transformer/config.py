@@ -68,6 +68,9 @@ class ModelConfig:
     subsampling_channels: int = 0  # conv channels of the front-end; 0 = d_model (ESPnet/WeNet)
     pre_norm: bool = True  # False: post-LN, the original Transformer drawing
     utterance_cmn: bool = False  # subtract each utterance's own mean (speaker/channel) before global CMVN
+    # subtract the mean of all its speaker's utterances instead (the manifests' `speaker`; Kaldi's per-speaker CMN):
+    # the channel goes, the word's own spectrum stays. An utterance alone or of speaker "unknown" uses its own mean.
+    speaker_cmn: bool = False
     conv_kernel: int = 0  # >0: Conformer encoder blocks (macaron FFNs + depthwise conv of this width; always pre-LN)
     tie_embeddings: bool = False
     ctc_weight: float = 0.3

@@ -4,8 +4,8 @@ import torch
 import torchaudio.compliance.kaldi as kaldi
 
 from asr_transformer.config import AugmentConfig, FeatureConfig
-from asr_transformer.data.features import (CMVNAccumulator, fbank, load_cmvn, num_frames, save_cmvn, spec_augment,
-                                           speed_perturb)
+from asr_transformer.data.features import (CMVNAccumulator, fbank, load_cmvn, num_frames, save_cmvn, speaker_means,
+                                           spec_augment, speed_perturb)
 
 
 @pytest.mark.parametrize("samples", [400, 401, 559, 560, 16000, 23456])
@@ -46,6 +46,17 @@ def test_cmvn_equals_direct_computation(tmp_path):
     m2, s2 = load_cmvn(tmp_path / "cmvn.json")
     np.testing.assert_allclose(m2, mean)
     np.testing.assert_allclose(s2, std)
+
+
+def test_speaker_means_pool_all_frames_of_a_speaker():
+    rng = np.random.default_rng(1)
+    feats = [torch.from_numpy(rng.normal(i, 1.0, size=(n, 4)).astype(np.float32)) for i, n in enumerate((10, 30, 7, 5, 9))]
+    speakers = ["ann", "bob", "ann", "unknown", "unknown"]
+    means = speaker_means(speakers, lambda i: feats[i])
+    ann = torch.cat([feats[0], feats[2]]).mean(0)  # frame-weighted: the 10-frame clip counts 10/17
+    for i, expected in enumerate([ann, feats[1].mean(0), ann, feats[3].mean(0), feats[4].mean(0)]):
+        torch.testing.assert_close(means[i], expected)  # "unknown": each utterance its own speaker
+    assert not torch.allclose(means[0], (feats[0].mean(0) + feats[2].mean(0)) / 2)
 
 
 def test_spec_augment_masks_and_is_seeded():

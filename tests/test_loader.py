@@ -1,3 +1,4 @@
+import dataclasses
 import random
 
 import numpy as np
@@ -7,7 +8,7 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import AudioError
-from asr_transformer.data.features import add_noise, fbank, num_frames, speed_perturb
+from asr_transformer.data.features import add_noise, fbank, num_frames, speaker_means, speed_perturb
 from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, UtteranceDataset, filter_utterances,
                                          make_loader, perturbed_frames, round_up, speed_factor, utterance_frames)
 from asr_transformer.data.manifest import Utterance
@@ -140,6 +141,24 @@ def test_loader_batches_pad_and_augment_deterministically(corpus):
     sampler.set_epoch(1)
     other = {b.ids[0]: b.feats for b in make_loader(ds, sampler)}
     assert any(not torch.equal(other.get(b.ids[0], b.feats[:0]), b.feats) for b in first)
+
+
+def test_batches_carry_the_speakers_mean_of_clean_features(corpus):
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    kept = [dataclasses.replace(u, speaker=s) for u, s in zip(kept, ["ann", "bob", "ann", "bob"])]
+    aug = AugmentConfig(speed_factors=[0.9, 1.1], noise_prob=1.0)  # every feature the model sees is perturbed
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3, speaker_cmn=True)
+    clean = [fbank(torch.from_numpy(sf.read(u.audio, dtype="float32")[0]), FeatureConfig()) for u in kept]
+    expected = speaker_means([u.speaker for u in kept], lambda i: clean[i])
+    sampler = FrameBatchSampler(utterance_frames(kept, FeatureConfig()), 4000, 8, seed=3, factors=aug.speed_factors)
+    for batch in make_loader(ds, sampler):
+        assert batch.speaker_mean.shape == (len(batch.ids), batch.feats.size(2))
+        for i, utt_id in enumerate(batch.ids):
+            torch.testing.assert_close(batch.speaker_mean[i], expected[int(utt_id[1:])], atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(expected[0], torch.cat([clean[0], clean[2]]).mean(0))
+    plain = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3)
+    assert next(iter(make_loader(plain, sampler))).speaker_mean is None
 
 
 def test_cached_features_are_computed_once_and_equal_fresh_ones(corpus, tmp_path):

@@ -92,6 +92,27 @@ def test_utterance_cmn_removes_a_per_utterance_offset():
         assert not torch.allclose(plain.encode(shifted, lens)[0], plain.encode(feats, lens)[0], atol=1e-3)
 
 
+def test_speaker_cmn_removes_the_speakers_offset_and_keeps_the_utterances_own_level():
+    """A channel (a constant on every frame of every utterance of a speaker, so on its mean too) changes nothing;
+    one utterance louder than its speaker's mean stays so (per-utterance CMN would erase that)."""
+    m = model(speaker_cmn=True).eval()
+    feats, lens, _, _ = batch(lengths=(61, 33))
+    mean = torch.stack([feats[0, :61].mean(0), feats[1, :33].mean(0)]) + torch.randn(2, FEAT)
+    with torch.no_grad():
+        enc = m.encode(feats, lens, mean)[0]
+        torch.testing.assert_close(m.encode(feats + 3.0, lens, mean + 3.0)[0], enc, atol=1e-4, rtol=1e-4)
+        louder = feats.clone()
+        louder[0] += 3.0
+        assert not torch.allclose(m.encode(louder, lens, mean)[0][0], enc[0], atol=1e-3)
+        # no speaker mean given (one file alone): the utterance's own mean, as utterance_cmn
+        alone = model(utterance_cmn=True).eval()
+        torch.testing.assert_close(m.encode(feats, lens)[0], alone.encode(feats, lens)[0])
+        own = torch.stack([feats[0, :61].mean(0), feats[1, :33].mean(0)])
+        torch.testing.assert_close(m.encode(feats, lens, own)[0], alone.encode(feats, lens)[0], atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="choose one"):
+        model(speaker_cmn=True, utterance_cmn=True)
+
+
 def test_incremental_step_equals_full_pass():
     m = model(decoder_layers=2).eval()
     feats, lens, _, _ = batch()

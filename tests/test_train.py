@@ -1,5 +1,7 @@
+import dataclasses
 import hashlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -169,6 +171,32 @@ def test_average_packages_the_best_checkpoints(tone_corpus, tmp_path):
     assert tokenizer.vocab_size == cfg.model.vocab_size
     last = average_checkpoints(tmp_path / "exp", tmp_path / "last.pt", last=1)
     assert [p.name for p in last] == ["epoch_3.pt"]
+
+
+def test_speaker_cmn_trains_and_decodes_with_each_speakers_mean(tone_corpus, tmp_path):
+    """Training and `decode_manifest` hand the model each utterance's speaker's mean (the tone corpus has three)."""
+    from asr_transformer.data.audio import load_utterance
+    from asr_transformer.data.features import fbank, speaker_means
+    from asr_transformer.data.manifest import read_manifest
+    from asr_transformer.decode.search import decode_manifest, recognize
+
+    run(tone_corpus, tmp_path / "exp", ["train.max_epochs=2", "model.speaker_cmn=true"])
+    average_checkpoints(tmp_path / "exp", tmp_path / "model.pt", last=1)
+    model, _, cfg = load_package(tmp_path / "model.pt")
+    assert cfg.model.speaker_cmn
+    decode_manifest(tmp_path / "model.pt", tone_corpus / "test.jsonl", tmp_path / "dec", modes=["ctc"], batch_size=3,
+                    device="cpu", threads=1, score=False)
+    got = [json.loads(line)["score"] for line in (tmp_path / "dec/hyp.jsonl").read_text().splitlines()]
+    utts = read_manifest(tone_corpus / "test.jsonl")
+    assert len({u.speaker for u in utts}) == 3
+    feats = [fbank(torch.from_numpy(load_utterance(u, 16000)), cfg.features) for u in utts]
+    means = speaker_means([u.speaker for u in utts], lambda i: feats[i])
+    opts = dataclasses.replace(cfg.decode, mode="ctc")
+    with_means = [recognize(model, f[None], torch.tensor([len(f)]), opts, speaker_mean=mu[None])[0][0].score
+                  for f, mu in zip(feats, means)]
+    own = [recognize(model, f[None], torch.tensor([len(f)]), opts)[0][0].score for f in feats]
+    assert got == pytest.approx(with_means, abs=1e-3)
+    assert got != pytest.approx(own, abs=1e-3)
 
 
 def test_missing_inputs_are_explained(tone_corpus, tmp_path):

@@ -1,5 +1,5 @@
-"""Log-mel filterbank features (Kaldi-compatible), global CMVN statistics, SpecAugment, speed
-perturbation.
+"""Log-mel filterbank features (Kaldi-compatible), global CMVN statistics, per-speaker means, SpecAugment,
+speed perturbation.
 
 `fbank` matches ``torchaudio.compliance.kaldi.fbank`` for the same settings (povey window,
 pre-emphasis 0.97, DC removal, power spectrum, snip edges, mel floor 20 Hz) but is vectorized
@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from asr_transformer.config import AugmentConfig, FeatureConfig
+from asr_transformer.data.manifest import UNKNOWN_SPEAKER
 from asr_transformer.fileio import read_json, write_json
 
 CMVN_FORMAT = "asr-cmvn"
@@ -109,6 +110,23 @@ def load_cmvn(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     if stats.get("format") != CMVN_FORMAT:
         raise ValueError(f"{path}: not a CMVN statistics file (format {stats.get('format')!r})")
     return np.asarray(stats["mean"], dtype=np.float64), np.asarray(stats["std"], dtype=np.float64)
+
+
+def speaker_means(speakers: list[str], feats_of) -> list[torch.Tensor]:
+    """Each utterance's speaker's mean log-mel, (F,) float32 per utterance: the mean over all frames of all the
+    utterances with its speaker label (Kaldi's per-speaker CMN). `speakers[i]` is utterance i's label,
+    `feats_of(i)` its features (T, F). An utterance of speaker "unknown" gets its own mean."""
+    sums: dict[str, torch.Tensor] = {}
+    frames: dict[str, int] = {}
+    keys = []
+    for i, speaker in enumerate(speakers):
+        key = f"\0utt{i}" if speaker == UNKNOWN_SPEAKER else speaker  # NUL: no manifest label collides
+        feats = feats_of(i)
+        sums[key] = sums.get(key, 0) + feats.double().sum(0)
+        frames[key] = frames.get(key, 0) + feats.size(0)
+        keys.append(key)
+    means = {k: (sums[k] / max(frames[k], 1)).float() for k in sums}
+    return [means[k] for k in keys]
 
 
 # ---------------------------------------------------------------- augmentation

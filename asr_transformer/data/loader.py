@@ -18,7 +18,7 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import load_utterance
-from asr_transformer.data.features import add_noise, fbank, num_frames, spec_augment, speed_perturb
+from asr_transformer.data.features import add_noise, fbank, num_frames, spec_augment, speaker_means, speed_perturb
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.embedding import subsampled_length
@@ -64,10 +64,12 @@ class Batch:
     tokens: torch.Tensor  # (B, L) int64, padded with -1
     token_lens: torch.Tensor  # (B,) int64
     texts: list[str]  # normalized references
+    speaker_mean: torch.Tensor | None = None  # (B, F) float32: each utterance's speaker's mean log-mel (speaker_cmn)
 
     def to(self, device) -> "Batch":
+        mean = None if self.speaker_mean is None else self.speaker_mean.to(device)
         return Batch(self.ids, self.feats.to(device), self.feat_lens.to(device), self.tokens.to(device),
-                     self.token_lens.to(device), self.texts)
+                     self.token_lens.to(device), self.texts, mean)
 
     @property
     def frames(self) -> int:
@@ -117,8 +119,10 @@ def filter_utterances(
 
 
 class UtteranceDataset(torch.utils.data.Dataset):
-    """Item ``(index, epoch)`` → (id, features (T, F), token ids, normalized text).
+    """Item ``(index, epoch)`` → (id, features (T, F), token ids, normalized text, speaker mean (F,) or None).
 
+    With ``speaker_cmn`` each utterance carries its speaker's mean log-mel over the clean (unperturbed, noiseless)
+    features of all that speaker's utterances here (`speaker_means`), computed once at construction.
     With ``cache_audio`` the features of each (utterance, speed factor) are computed once and kept
     in memory (SpecAugment is drawn afresh on top of them every epoch); with dither or noise, which make
     features random, the decoded waveforms are kept too.
@@ -126,7 +130,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
 
     def __init__(self, utterances: list[Utterance], token_ids: list[list[int]], tokenizer: Tokenizer,
                  features: FeatureConfig, augment: AugmentConfig | None = None, seed: int = 0,
-                 cache_audio: bool = False):
+                 cache_audio: bool = False, speaker_cmn: bool = False):
         self.utterances = utterances
         self.token_ids = token_ids
         self.tokenizer = tokenizer
@@ -141,6 +145,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
             if not (self.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
                 raise ValueError(f"augment.noise_prob must be in [0, 1] and augment.noise_snr [low, high] dB, got "
                                  f"{self.noise_prob} and {snr}")
+        self.speaker_mean = (speaker_means([u.speaker for u in utterances], self.feats) if speaker_cmn else None)
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -191,11 +196,12 @@ class UtteranceDataset(torch.utils.data.Dataset):
             noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
             feats = spec_augment(self.feats(index, factor, snr, noise_rng), self.augment, rng)
         utt = self.utterances[index]
-        return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text)
+        mean = None if self.speaker_mean is None else self.speaker_mean[index]
+        return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text), mean
 
 
 def collate(items) -> Batch:
-    ids, feats, tokens, texts = zip(*items)
+    ids, feats, tokens, texts, means = zip(*items)
     feat_lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
     token_lens = torch.tensor([len(t) for t in tokens], dtype=torch.long)
     padded = torch.zeros(len(feats), round_up(int(feat_lens.max()), FRAME_MULTIPLE), feats[0].shape[1])
@@ -204,7 +210,8 @@ def collate(items) -> Batch:
     targets = torch.full((len(tokens), round_up(max(1, int(token_lens.max())), TOKEN_MULTIPLE)), -1, dtype=torch.long)
     for i, t in enumerate(tokens):
         targets[i, : len(t)] = torch.tensor(t, dtype=torch.long)
-    return Batch(list(ids), padded, feat_lens, targets, token_lens, list(texts))
+    speaker_mean = None if means[0] is None else torch.stack(means)
+    return Batch(list(ids), padded, feat_lens, targets, token_lens, list(texts), speaker_mean)
 
 
 class FrameBatchSampler(torch.utils.data.Sampler):

@@ -23,6 +23,7 @@ from asr_transformer.fileio import atomic_open
 
 FORMAT = "asr-manifest"
 VERSION = 1
+UNKNOWN_SPEAKER = "unknown"  # an utterance without a speaker label
 
 
 class ManifestError(ValueError):
@@ -35,7 +36,7 @@ class Utterance:
     audio: str
     duration: float
     text: str
-    speaker: str = "unknown"
+    speaker: str = UNKNOWN_SPEAKER
     offset: float | None = None
 
     def to_json(self) -> dict:
@@ -71,7 +72,7 @@ def _parse(record: object, where: str) -> Utterance:
         audio=record["audio"],
         duration=float(record["duration"]),
         text=record["text"],
-        speaker=record.get("speaker") or "unknown",
+        speaker=record.get("speaker") or UNKNOWN_SPEAKER,
         offset=None if record.get("offset") is None else float(record["offset"]),
     )
 

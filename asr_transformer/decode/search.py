@@ -104,7 +104,7 @@ def _rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weig
 
 
 def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
-              pre_beam: int | None = None, lm=None) -> list[list[Hypothesis]]:
+              pre_beam: int | None = None, lm=None, speaker_mean: torch.Tensor | None = None) -> list[list[Hypothesis]]:
     """Decode a batch of utterances with `opts.mode`.
 
     Args:
@@ -114,6 +114,8 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
         pre_beam: joint mode: candidates per hypothesis scored by CTC (default 1.5·beam; 0 = whole vocabulary).
         lm: an NgramLM over the model's tokens (or a WordBoundaryLM: `load_fusion_lm`), fused with weight
             opts.lm_weight in beam, joint and rescore.
+        speaker_mean: (B, F), each utterance's speaker's mean log-mel, for a model.speaker_cmn model
+            (`data.features.speaker_means`); without it such a model subtracts each utterance's own mean.
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
@@ -124,7 +126,8 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
     model.eval()
     try:
         with torch.inference_mode():
-            enc, enc_lens = model.encode(feats.to(dev), feat_lens.to(dev))
+            enc, enc_lens = model.encode(feats.to(dev), feat_lens.to(dev),
+                                         None if speaker_mean is None else speaker_mean.to(dev))
             if enc.size(1) == 0:  # every utterance too short to give one encoder frame
                 return [[Hypothesis([], 0.0)] for _ in range(enc.size(0))]
             if mode == "greedy":
@@ -217,7 +220,7 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
     """
     from asr_transformer.data.audio import AudioError, load_utterance
-    from asr_transformer.data.features import fbank
+    from asr_transformer.data.features import fbank, speaker_means
     from asr_transformer.data.manifest import read_manifest
     from asr_transformer.fileio import atomic_open, write_json
     from asr_transformer.package import check_precision, load_package
@@ -245,31 +248,38 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
     order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
+    def features(i: int) -> tuple[torch.Tensor, float]:
+        """Utterance i's log-mel (T, F) and its audio seconds."""
+        u = utts[i]
+        try:
+            wave = load_utterance(u, cfg.features.sample_rate)
+        except AudioError as e:
+            raise DecodeError(f"{manifest}: utterance '{u.id}': {e}") from None
+        return fbank(torch.from_numpy(wave), cfg.features), len(wave) / cfg.features.sample_rate
+
+    t0 = time.perf_counter()
+    means = None  # model.speaker_cmn: a first pass over the audio for each speaker's mean (no transcripts used)
+    if cfg.model.speaker_cmn:
+        means = speaker_means([u.speaker for u in utts], lambda i: features(i)[0])
     results: dict[str, dict[int, list[Hypothesis]]] = {m: {} for m in modes}
     decode_time = dict.fromkeys(modes, 0.0)
-    feature_time, audio_seconds = 0.0, 0.0
+    feature_time, audio_seconds = time.perf_counter() - t0, 0.0
     with _progress() as bar:
         task = bar.add_task(f"decode {','.join(modes)}", total=len(utts))
         for batch in batches:
             t0 = time.perf_counter()
-            feats = []
-            for i in batch:
-                u = utts[i]
-                try:
-                    wave = load_utterance(u, cfg.features.sample_rate)
-                except AudioError as e:
-                    raise DecodeError(f"{manifest}: utterance '{u.id}': {e}") from None
-                audio_seconds += len(wave) / cfg.features.sample_rate
-                feats.append(fbank(torch.from_numpy(wave), cfg.features))
+            feats, seconds = zip(*(features(i) for i in batch))
+            audio_seconds += sum(seconds)
             lens = torch.tensor([f.size(0) for f in feats])
             padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(dev)
+            speaker_mean = None if means is None else torch.stack([means[i] for i in batch]).to(dev)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             feature_time += time.perf_counter() - t0
             for m in modes:
                 t0 = time.perf_counter()
                 hyps = recognize(model, padded, lens, replace(base, mode=m, lm_weight=fusion_weight), pre_beam=pre_beam,
-                                 lm=ngram)
+                                 lm=ngram, speaker_mean=speaker_mean)
                 decode_time[m] += time.perf_counter() - t0
                 for i, h in zip(batch, hyps):
                     results[m][i] = h

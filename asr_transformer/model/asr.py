@@ -49,6 +49,9 @@ class ASRModel(nn.Module):
         if not 0 <= cfg.interctc_layer < cfg.encoder_layers:
             raise ValueError(f"model.interctc_layer={cfg.interctc_layer}: must be a block below the last "
                              f"(1..{cfg.encoder_layers - 1}), or 0 for the middle one")
+        if cfg.utterance_cmn and cfg.speaker_cmn:
+            raise ValueError("model.utterance_cmn and model.speaker_cmn: choose one (speaker_cmn already falls back "
+                             "to the utterance's own mean where no speaker is known)")
         if cfg.interctc_condition and not (cfg.interctc_weight > 0 and cfg.ctc_weight > 0):
             raise ValueError("model.interctc_condition needs InterCTC (model.interctc_weight > 0, model.ctc_weight > 0): "
                              "the posteriors it feeds back are the intermediate CTC's")
@@ -72,17 +75,24 @@ class ASRModel(nn.Module):
 
     # ---- inference pieces -------------------------------------------------------------------------
 
-    def normalize(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> torch.Tensor:
-        """CMVN: raw log-mel (B, T, input_dim) → normalised, same shape."""
-        if self.cfg.utterance_cmn:  # each utterance's mean over its own frames replaces the global mean
+    def normalize(self, feats: torch.Tensor, feat_lens: torch.Tensor,
+                  speaker_mean: torch.Tensor | None = None) -> torch.Tensor:
+        """CMVN: raw log-mel (B, T, input_dim) → normalised, same shape. With model.speaker_cmn, `speaker_mean`
+        (B, input_dim), each utterance's speaker's mean log-mel (`data.features.speaker_means`), replaces the
+        global mean; without it (or with model.utterance_cmn) each utterance's own mean does."""
+        if self.cfg.speaker_cmn and speaker_mean is not None:
+            return (feats - speaker_mean.to(feats.dtype).unsqueeze(1)) * self.cmvn_istd
+        if self.cfg.utterance_cmn or self.cfg.speaker_cmn:  # each utterance's mean over its own frames
             valid = lengths_to_mask(feat_lens, feats.size(1)).unsqueeze(-1)
             mean = (feats * valid).sum(1, keepdim=True) / feat_lens.clamp(min=1).view(-1, 1, 1)
             return (feats - mean) * self.cmvn_istd
         return (feats - self.cmvn_mean) * self.cmvn_istd
 
-    def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """feats (B, T, input_dim) raw log-mel, feat_lens (B,) → enc (B, T', D), enc_lens (B,)."""
-        feats = self.normalize(feats, feat_lens)
+    def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor,
+               speaker_mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats (B, T, input_dim) raw log-mel, feat_lens (B,) [, speaker_mean (B, input_dim): `normalize`]
+        → enc (B, T', D), enc_lens (B,)."""
+        feats = self.normalize(feats, feat_lens, speaker_mean)
         dtype = self.encoder_dtype
         if dtype == torch.float32:
             return self.encoder(feats, feat_lens, self.ctc.proj)
@@ -116,11 +126,13 @@ class ASRModel(nn.Module):
     # ---- training ---------------------------------------------------------------------------------
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, tokens: torch.Tensor,
-                token_lens: torch.Tensor, sampling_prob: float = 0.0, mask_ctc: bool = False) -> dict:
+                token_lens: torch.Tensor, sampling_prob: float = 0.0, mask_ctc: bool = False,
+                speaker_mean: torch.Tensor | None = None) -> dict:
         """Training losses.
 
         Args:
             feats (B, T, F), feat_lens (B,); tokens (B, L) int64 padded with -1, token_lens (B,).
+            speaker_mean: (B, F), with model.speaker_cmn (see `normalize`).
             sampling_prob: scheduled sampling, the probability of feeding the decoder its own
                 (previous-position) prediction instead of the reference token.
             mask_ctc: train the decoder as the Mask-CTC (non-autoregressive, masked-LM) decoder instead.
@@ -135,9 +147,9 @@ class ASRModel(nn.Module):
         """
         inter_weight = self.cfg.interctc_weight if self.cfg.ctc_weight > 0 else 0.0
         if inter_weight <= 0:
-            enc, enc_lens = self.encode(feats, feat_lens)
+            enc, enc_lens = self.encode(feats, feat_lens, speaker_mean)
             return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc)
-        enc, enc_lens, intermediate = self.encoder.forward_with_intermediate(self.normalize(feats, feat_lens),
+        enc, enc_lens, intermediate = self.encoder.forward_with_intermediate(self.normalize(feats, feat_lens, speaker_mean),
                                                                              feat_lens, self.ctc.proj)
         return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc, intermediate)
 

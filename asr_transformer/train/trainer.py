@@ -27,7 +27,7 @@ from asr_transformer.data.features import CMVNAccumulator, fbank, load_cmvn, sav
 from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, filter_utterances, make_loader,
                                          utterance_frames)
 from asr_transformer.data.audio import load_utterance
-from asr_transformer.data.manifest import read_manifest
+from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.package import resolve_precision
@@ -155,7 +155,7 @@ def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: s
     for batch in loader:
         batch = batch.to(device)
         with _autocast(device, precision):
-            enc, enc_lens = model.encode(batch.feats, batch.feat_lens)
+            enc, enc_lens = model.encode(batch.feats, batch.feat_lens, batch.speaker_mean)
             out = model.losses(enc, enc_lens, batch.tokens, batch.token_lens, mask_ctc=mask_ctc)
         n, t = len(batch.ids), int(batch.token_lens.sum()) + len(batch.ids)
         for key in ("loss", "loss_att", "loss_ctc"):
@@ -234,12 +234,17 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                                 seed=tc.seed, jitter=cfg.data.bucket_width, rank=dist.rank, world=dist.world,
                                 factors=cfg.augment.speed_factors)
     train_set = UtteranceDataset(train_utts, train_ids, tokenizer, cfg.features, cfg.augment, seed=tc.seed,
-                                 cache_audio=cfg.data.cache_audio)
+                                 cache_audio=cfg.data.cache_audio, speaker_cmn=cfg.model.speaker_cmn)
+    if cfg.model.speaker_cmn:
+        speakers = {u.speaker for u in train_utts} - {UNKNOWN_SPEAKER}
+        unlabelled = sum(u.speaker == UNKNOWN_SPEAKER for u in train_utts)
+        say(f"speaker CMN: each of {len(speakers)} training speakers' mean"
+            + (f"; {unlabelled} utterances without a speaker label use their own" if unlabelled else ""))
     train_loader = make_loader(train_set, sampler, cfg.data.num_workers)
     dev_sampler = FrameBatchSampler(utterance_frames(dev_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
                                     shuffle=False)
-    dev_loader = make_loader(UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features,
-                                              cache_audio=cfg.data.cache_audio), dev_sampler, cfg.data.num_workers)
+    dev_loader = make_loader(UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features, cache_audio=cfg.data.cache_audio,
+                                              speaker_cmn=cfg.model.speaker_cmn), dev_sampler, cfg.data.num_workers)
 
     model = ASRModel(cfg.model)
     model.set_cmvn(mean, std)
@@ -319,7 +324,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                     with sync:
                         with _autocast(dev, precision):
                             out = ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
-                                      sampling_prob=prob, mask_ctc=tc.mask_ctc)
+                                      sampling_prob=prob, mask_ctc=tc.mask_ctc, speaker_mean=batch.speaker_mean)
                         loss = out["loss"].float()
                         finite = bool(torch.isfinite(loss))
                         if finite:
