@@ -338,7 +338,8 @@ def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_op
 # --------------------------------------------------------------------------------------- decoding
 
 
-def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, lm=None) -> list[dict]:
+def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, lm=None, speaker=None) -> list[dict]:
+    """`speaker`: a CMVNAccumulator of the file's features so far, for a model.speaker_cmn model (else None)."""
     import torch
 
     from asr_transformer.data.features import fbank
@@ -350,7 +351,12 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, 
         feats.append(fbank(torch.from_numpy(audio).to(device), cfg.features))
     lens = torch.tensor([f.size(0) for f in feats])
     padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
-    hyps = recognize(model, padded, lens, opts, lm=lm)
+    speaker_mean = None
+    if speaker is not None:  # the file is one speaker: the mean of its segments up to this batch's last
+        for f in feats:
+            speaker.add(f)
+        speaker_mean = torch.from_numpy(speaker.sum / speaker.frames).float().to(device).expand(len(feats), -1)
+    hyps = recognize(model, padded, lens, opts, lm=lm, speaker_mean=speaker_mean)
     out = []
     for s, nbest in zip(segments, hyps):
         if not nbest:
@@ -378,6 +384,8 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
         device: where features are computed (default: the model's device).
         progress: called as progress(seconds_done, total_seconds_or_None, segments_decoded) after each batch.
         lm: an NgramLM over the model's tokens for the beam, joint and rescore modes (weight opts.lm_weight).
+    A model.speaker_cmn model takes the file as one speaker: each batch is normalized by the mean of the file's
+    segments decoded so far, its own included (a file of one segment: that segment's own mean).
     Returns:
         {"text": all segment texts joined by spaces, "segments": [{"start", "end", "text", "score"}],
          "duration": seconds}; times in seconds relative to the file, score = the hypothesis' log-prob
@@ -393,10 +401,14 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
     segmenter = Segmenter(max_segment)
     results: list[dict] = []
     decoded = 0
+    speaker = None
+    if cfg.model.speaker_cmn:  # Kaldi's online CMN: the mean over the file's speech decoded so far
+        from asr_transformer.data.features import CMVNAccumulator
+        speaker = CMVNAccumulator(cfg.features.num_mel_bins)
 
     def decode(batch: list[Segment]) -> None:
         nonlocal decoded
-        results.extend(_decode_batch(model, tokenizer, cfg, batch, opts, device, lm))
+        results.extend(_decode_batch(model, tokenizer, cfg, batch, opts, device, lm, speaker))
         decoded += len(batch)
         if progress is not None:
             progress(batch[-1].end, total, decoded)

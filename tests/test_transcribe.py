@@ -165,6 +165,28 @@ def test_transcribe_gives_segments_and_text(package):
     assert seen[-1][0] == pytest.approx(result["duration"]) and seen[-1][2] == 3
 
 
+def test_speaker_cmn_model_normalizes_by_the_files_running_mean(package, monkeypatch):
+    """A file is one speaker: each batch gets the mean of the file's segments decoded so far, its own included."""
+    import asr_transformer.decode.search as search
+    from asr_transformer.data.features import fbank
+
+    model, tok, cfg = load_package(package)
+    x, _ = tones_with_silences([1.0, 2.0, 0.6])
+    segments = list(iter_segments(x))
+    feats = [fbank(torch.from_numpy(s.audio), cfg.features) for s in segments]
+    seen = []
+    recognize = search.recognize
+    monkeypatch.setattr(search, "recognize", lambda *a, **k: seen.append(k["speaker_mean"]) or recognize(*a, **k))
+    transcribe(model, tok, cfg, x, DecodeConfig(mode="ctc", batch_size=2))
+    assert seen == [None, None]  # a model without speaker_cmn
+    seen.clear()
+    cfg.model.speaker_cmn = True
+    transcribe(model, tok, cfg, x, DecodeConfig(mode="ctc", batch_size=2))
+    assert [m.shape for m in seen] == [(2, cfg.features.num_mel_bins), (1, cfg.features.num_mel_bins)]
+    torch.testing.assert_close(seen[0][1], torch.cat(feats[:2]).mean(0))
+    torch.testing.assert_close(seen[1][0], torch.cat(feats).mean(0))
+
+
 def test_transcribe_silence_gives_empty_result(package):
     model, tok, cfg = load_package(package)
     result = transcribe(model, tok, cfg, np.zeros(3 * SR, np.float32), DecodeConfig(mode="ctc"))
