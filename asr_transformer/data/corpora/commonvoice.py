@@ -26,7 +26,7 @@ from asr_transformer.data.corpora.common import (
     skip,
     write_splits,
 )
-from asr_transformer.data.manifest import Utterance
+from asr_transformer.data.manifest import UNKNOWN_SPEAKER, Utterance
 
 DATASETS_URL = "https://commonvoice.mozilla.org/datasets"
 COLUMNS = ("client_id", "path", "sentence")
@@ -68,7 +68,7 @@ def _utterances(source: Path, tsv: Path, rows, skipped: Counter) -> list[Utteran
             audio = audio.with_suffix(".mp3")
         duration = measure(audio, skipped)
         if duration is not None:
-            utterances.append(Utterance(Path(clip).stem, str(audio.absolute()), duration, sentence, client or "unknown"))
+            utterances.append(Utterance(Path(clip).stem, str(audio.absolute()), duration, sentence, client or UNKNOWN_SPEAKER))
     return utterances
 
 

@@ -25,7 +25,7 @@ from asr_transformer.data.corpora.common import (
     split_utterances,
     write_splits,
 )
-from asr_transformer.data.manifest import Utterance
+from asr_transformer.data.manifest import UNKNOWN_SPEAKER, Utterance
 
 
 def utterance_id(relative: Path) -> str:
@@ -68,7 +68,7 @@ def prepare(
         duration = measure(path, skipped)
         if duration is None:
             continue
-        speaker = re.sub(r"\s+", "_", relative.parent.as_posix()) if relative.parent != Path(".") else "unknown"
+        speaker = re.sub(r"\s+", "_", relative.parent.as_posix()) if relative.parent != Path(".") else UNKNOWN_SPEAKER
         utterances.append(Utterance(uid, str(path.absolute()), duration, text, speaker))
     if not utterances:
         raise CorpusError(f"{source_dir}: no usable utterances (skipped: {dict(skipped)})")

@@ -30,7 +30,7 @@ from asr_transformer.data.corpora.common import (
     split_utterances,
     write_splits,
 )
-from asr_transformer.data.manifest import Utterance, read_manifest
+from asr_transformer.data.manifest import UNKNOWN_SPEAKER, Utterance, read_manifest
 from asr_transformer.fileio import atomic_open
 
 
@@ -114,7 +114,7 @@ def read_dir(kaldi_dir: str | os.PathLike, skipped: Counter) -> list[Utterance]:
             skip(skipped, "segment_out_of_range", f"{segments}: '{utt}' starts at {start}s, after the end of {recordings[rec]} ({length:.2f}s)")
             continue
         stop = length if end is None else min(end, length)
-        speaker = utt2spk[utt][1][0] if utt in utt2spk else "unknown"
+        speaker = utt2spk[utt][1][0] if utt in utt2spk else UNKNOWN_SPEAKER
         whole = start == 0 and end is None
         utterances.append(Utterance(utt, recordings[rec], stop - start, text, speaker, None if whole else start))
     return utterances
