@@ -425,13 +425,16 @@ def transcribe(
     lm_weight: float = typer.Option(0.5, help="Weight β of the --lm scores."),
     word_lm: Optional[Path] = typer.Option(None, help=WORD_LM_HELP),
     word_lm_weight: float = typer.Option(0.3, help="Weight γ of the --word-lm scores."),
+    same_speaker: bool = typer.Option(False, help="A model.speaker_cmn model: the files are one speaker's, so "
+                                      "each is normalized by the mean of the speech so far in all of them "
+                                      "(default: each file its own)."),
 ):
     """Transcribe audio files of any length; text to stdout or files in several formats."""
     from asr_transformer.transcribe import transcribe_cli
 
     transcribe_cli(audio, model, output_dir, output_format, mode=mode, beam=beam, ctc_weight=ctc_weight,
                    device=device, threads=threads, max_segment=max_segment, precision=precision, lm=lm,
-                   lm_weight=lm_weight, word_lm=word_lm, word_lm_weight=word_lm_weight)
+                   lm_weight=lm_weight, word_lm=word_lm, word_lm_weight=word_lm_weight, same_speaker=same_speaker)
 
 
 @app.command()

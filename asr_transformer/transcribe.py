@@ -372,7 +372,7 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, 
 
 
 def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_segment: float = 20.0,
-               device=None, progress: ProgressCallback | None = None, lm=None) -> dict:
+               device=None, progress: ProgressCallback | None = None, lm=None, speaker=None) -> dict:
     """Transcribe one audio file of any length.
 
     Args:
@@ -384,8 +384,10 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
         device: where features are computed (default: the model's device).
         progress: called as progress(seconds_done, total_seconds_or_None, segments_decoded) after each batch.
         lm: an NgramLM over the model's tokens for the beam, joint and rescore modes (weight opts.lm_weight).
-    A model.speaker_cmn model takes the file as one speaker: each batch is normalized by the mean of the file's
-    segments decoded so far, its own included (a file of one segment: that segment's own mean).
+        speaker: for a model.speaker_cmn model, a `CMVNAccumulator` of the speaker's features so far, which
+            this call updates (to carry one speaker's mean across files); default: a fresh one, so the file is one
+            speaker. Each batch is normalized by the mean of the speaker's segments decoded so far, its own
+            included (a lone file of one segment: that segment's own mean).
     Returns:
         {"text": all segment texts joined by spaces, "segments": [{"start", "end", "text", "score"}],
          "duration": seconds}; times in seconds relative to the file, score = the hypothesis' log-prob
@@ -401,8 +403,9 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
     segmenter = Segmenter(max_segment)
     results: list[dict] = []
     decoded = 0
-    speaker = None
-    if cfg.model.speaker_cmn:  # Kaldi's online CMN: the mean over the file's speech decoded so far
+    if not cfg.model.speaker_cmn:
+        speaker = None
+    elif speaker is None:  # Kaldi's online CMN: the mean over the speaker's speech decoded so far
         from asr_transformer.data.features import CMVNAccumulator
         speaker = CMVNAccumulator(cfg.features.num_mel_bins)
 
@@ -488,13 +491,15 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
                    mode: str = "joint", beam: int = 10, ctc_weight: float = 0.3, device: str = "auto",
                    threads: int = 0, max_segment: float = 20.0, precision: str = "fp32",
                    lm: Path | None = None, lm_weight: float = 0.5, word_lm: Path | None = None,
-                   word_lm_weight: float = 0.3) -> None:
+                   word_lm_weight: float = 0.3, same_speaker: bool = False) -> None:
     """`asr transcribe`: decode each input (``-`` = stdin, named "stdin") with one loaded package.
 
     Without `output_dir`: format txt prints the plain text (one line per input; with several inputs each
     line is ``<input>\\t<text>``); another single format prints that format (one input only). With
     `output_dir`: writes ``<output_dir>/<basename>.<ext>`` for `output_format` (txt, json, srt, vtt, tsv or
     all). Inputs that cannot be read are reported and skipped; the exit code is 1 if any failed.
+    `same_speaker`: for a model.speaker_cmn model, the inputs are one speaker's, in order: each is normalized by
+    the mean of all the speech before it and its own (default: each input its own speaker).
     """
     import typer
 
@@ -539,6 +544,10 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
         _fail(str(e))
     opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8, lm_weight=lm_weight)
 
+    speaker = None
+    if same_speaker and cfg.model.speaker_cmn:
+        from asr_transformer.data.features import CMVNAccumulator
+        speaker = CMVNAccumulator(cfg.features.num_mel_bins)
     failed = 0
     basenames: dict[str, str] = {}
     for item in audio:
@@ -550,7 +559,7 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
         bar = _ProgressBar(label)
         try:
             result = transcribe(asr_model, tokenizer, cfg, source, opts, max_segment=max_segment, device=dev,
-                                progress=bar, lm=ngram)
+                                progress=bar, lm=ngram, speaker=speaker)
         except AudioError as e:
             detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
             typer.secho(f"error: {label}: {detail}", fg="red", err=True)

@@ -185,6 +185,14 @@ def test_speaker_cmn_model_normalizes_by_the_files_running_mean(package, monkeyp
     assert [m.shape for m in seen] == [(2, cfg.features.num_mel_bins), (1, cfg.features.num_mel_bins)]
     torch.testing.assert_close(seen[0][1], torch.cat(feats[:2]).mean(0))
     torch.testing.assert_close(seen[1][0], torch.cat(feats).mean(0))
+    # --same-speaker: one accumulator carried across files; the second file's first batch also counts the first file
+    from asr_transformer.data.features import CMVNAccumulator
+    seen.clear()
+    speaker = CMVNAccumulator(cfg.features.num_mel_bins)
+    for _ in range(2):
+        transcribe(model, tok, cfg, x, DecodeConfig(mode="ctc", batch_size=2), speaker=speaker)
+    torch.testing.assert_close(seen[2][0], torch.cat(feats + feats[:2]).mean(0))
+    assert speaker.frames == 2 * sum(f.size(0) for f in feats)
 
 
 def test_transcribe_silence_gives_empty_result(package):
@@ -232,6 +240,31 @@ def test_cli_writes_subtitles_that_parse(package, tmp_path):
     assert len(data["segments"]) == len(truth)
     assert (out / "talk.tsv").read_text().startswith("start\tend\ttext")
     assert len((out / "talk.txt").read_text().splitlines()) == len(truth)
+
+
+def test_cli_same_speaker_carries_the_mean_across_files(package, tmp_path, monkeypatch):
+    import asr_transformer.decode.search as search
+
+    model, tok, cfg = load_package(package)
+    cfg.model.speaker_cmn = True
+    save_package(tmp_path / "spk.pt", cfg, tok, model.state_dict())
+    first = write_wav(tmp_path / "first.wav", tones_with_silences([0.8, 1.2])[0])
+    second = write_wav(tmp_path / "second.wav", 0.2 * tones_with_silences([1.5], seed=1)[0])
+    seen = []
+    recognize = search.recognize
+    monkeypatch.setattr(search, "recognize", lambda *a, **k: seen.append(k["speaker_mean"]) or recognize(*a, **k))
+
+    def means(*options):  # the speaker mean each file's (single) batch was normalized with
+        seen.clear()
+        result = _run([first, second, "-m", tmp_path / "spk.pt", "--mode", "ctc", "--threads", "1", *options])
+        assert result.exit_code == 0, result.output
+        assert len(seen) == 2
+        return [m[0] for m in seen]
+
+    alone, together = means(), means("--same-speaker")
+    torch.testing.assert_close(together[0], alone[0])  # no speech before the first file
+    assert not torch.allclose(together[1], alone[1], atol=1e-3)  # the second: both files' mean
+    assert together[1].sub(alone[0]).abs().max() < alone[1].sub(alone[0]).abs().max()  # between the two
 
 
 def test_cli_stdin(package, tmp_path):
