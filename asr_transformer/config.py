@@ -30,6 +30,9 @@ class AugmentConfig:
     speed_factors: list[float] = field(default_factory=lambda: [1.0])  # e.g. [0.9, 1.0, 1.1]
     noise_prob: float = 0.0  # chance that an utterance gets white noise in an epoch; 0 disables
     noise_snr: list[float] = field(default_factory=lambda: [10.0, 40.0])  # its SNR in dB, uniform in [low, high]
+    # model.speaker_cmn: chance that an utterance is normalized by its own mean instead of its speaker's in an
+    # epoch, as a file transcribed alone is
+    own_mean_prob: float = 0.0
     freq_masks: int = 2
     freq_mask_width: int = 27  # max bins per mask
     time_masks: int = 2

@@ -161,6 +161,29 @@ def test_batches_carry_the_speakers_mean_of_clean_features(corpus):
     assert next(iter(make_loader(plain, sampler))).speaker_mean is None
 
 
+def test_own_mean_prob_gives_some_utterances_their_own_mean(corpus):
+    """augment.own_mean_prob: that share of the utterances, drawn per epoch, carries its own (perturbed, noisy)
+    features' mean instead of its speaker's, as a file transcribed alone would be normalized."""
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    aug = AugmentConfig(speed_factors=[0.9, 1.1], noise_prob=1.0, freq_masks=0, time_masks=0, own_mean_prob=0.5)
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3, speaker_cmn=True)
+    own = speaker = 0
+    for epoch in range(6):
+        for i in range(len(kept)):
+            _, feats, _, _, mean = ds[(i, epoch)]
+            if torch.allclose(mean, ds.speaker_mean[i]):
+                speaker += 1
+            else:
+                torch.testing.assert_close(mean, feats.mean(0))
+                own += 1
+            assert torch.equal(ds[(i, epoch)][4], mean)  # a function of (seed, epoch, utterance)
+    assert own > 0 and speaker > 0
+    never = UtteranceDataset(kept, ids, tok, FeatureConfig(), dataclasses.replace(aug, own_mean_prob=0.0), seed=3,
+                             speaker_cmn=True)
+    assert all(torch.equal(never[(i, e)][4], never.speaker_mean[i]) for e in range(3) for i in range(len(kept)))
+
+
 def test_cached_features_are_computed_once_and_equal_fresh_ones(corpus, tmp_path):
     utts, tok = corpus
     kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)

@@ -187,6 +187,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, key: tuple[int, int]):
         index, epoch = key
+        mean = None if self.speaker_mean is None else self.speaker_mean[index]
         if self.augment is None:
             feats = self.feats(index)
         else:
@@ -194,9 +195,12 @@ class UtteranceDataset(torch.utils.data.Dataset):
             factor = speed_factor(self.augment.speed_factors, self.seed, epoch, index)
             snr = self.noise_snr(epoch, index)
             noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
-            feats = spec_augment(self.feats(index, factor, snr, noise_rng), self.augment, rng)
+            feats = self.feats(index, factor, snr, noise_rng)
+            if mean is not None and self.augment.own_mean_prob > 0:  # as if transcribed alone: its own mean
+                if random.Random(hash((self.seed, epoch, index, 3))).random() < self.augment.own_mean_prob:
+                    mean = feats.mean(0)
+            feats = spec_augment(feats, self.augment, rng)
         utt = self.utterances[index]
-        mean = None if self.speaker_mean is None else self.speaker_mean[index]
         return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text), mean
 
 
