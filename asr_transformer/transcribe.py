@@ -355,7 +355,7 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, 
     if speaker is not None:  # the file is one speaker: the mean of its segments up to this batch's last
         for f in feats:
             speaker.add(f)
-        speaker_mean = torch.from_numpy(speaker.sum / speaker.frames).float().to(device).expand(len(feats), -1)
+        speaker_mean = torch.from_numpy(speaker.mean()).float().to(device).expand(len(feats), -1)
     hyps = recognize(model, padded, lens, opts, lm=lm, speaker_mean=speaker_mean)
     out = []
     for s, nbest in zip(segments, hyps):
@@ -544,8 +544,8 @@ def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, outpu
         _fail(str(e))
     opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8, lm_weight=lm_weight)
 
-    speaker = None
-    if same_speaker and cfg.model.speaker_cmn:
+    speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
+    if same_speaker:
         from asr_transformer.data.features import CMVNAccumulator
         speaker = CMVNAccumulator(cfg.features.num_mel_bins)
     failed = 0

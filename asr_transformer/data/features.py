@@ -92,10 +92,14 @@ class CMVNAccumulator:
         self.sum_sq += (x * x).sum(axis=0)
         self.frames += x.shape[0]
 
+    def mean(self) -> np.ndarray:
+        """The mean so far (zeros before the first frame)."""
+        return self.sum / max(self.frames, 1)
+
     def stats(self) -> tuple[np.ndarray, np.ndarray]:
         if self.frames == 0:
             raise ValueError("CMVN: no frames were accumulated")
-        mean = self.sum / self.frames
+        mean = self.mean()
         var = np.maximum(self.sum_sq / self.frames - mean * mean, 1e-20)
         return mean, np.sqrt(var)
 
@@ -116,16 +120,16 @@ def speaker_means(speakers: list[str], feats_of) -> list[torch.Tensor]:
     """Each utterance's speaker's mean log-mel, (F,) float32 per utterance: the mean over all frames of all the
     utterances with its speaker label (Kaldi's per-speaker CMN). `speakers[i]` is utterance i's label,
     `feats_of(i)` its features (T, F). An utterance of speaker "unknown" gets its own mean."""
-    sums: dict[str, torch.Tensor] = {}
-    frames: dict[str, int] = {}
+    stats: dict[str, CMVNAccumulator] = {}
     keys = []
     for i, speaker in enumerate(speakers):
         key = f"\0utt{i}" if speaker == UNKNOWN_SPEAKER else speaker  # NUL: no manifest label collides
         feats = feats_of(i)
-        sums[key] = sums.get(key, 0) + feats.double().sum(0)
-        frames[key] = frames.get(key, 0) + feats.size(0)
+        if key not in stats:
+            stats[key] = CMVNAccumulator(feats.size(1))
+        stats[key].add(feats)
         keys.append(key)
-    means = {k: (sums[k] / max(frames[k], 1)).float() for k in sums}
+    means = {k: torch.from_numpy(acc.mean()).float() for k, acc in stats.items()}
     return [means[k] for k in keys]
 
 

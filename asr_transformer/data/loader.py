@@ -42,7 +42,12 @@ def speed_factor(factors, seed: int, epoch: int, index: int) -> float:
     index) alone: the dataset plays the utterance at it, and the sampler batches it by the length it gives."""
     if len(factors) == 1:
         return factors[0]
-    return factors[random.Random(hash((seed, epoch, index))).randrange(len(factors))]
+    return factors[_random(seed, epoch, index).randrange(len(factors))]
+
+
+def _random(*key: int) -> random.Random:
+    """A Python generator seeded by a tuple of ints (hash() of ints, unlike of str, is the same in every process)."""
+    return random.Random(hash(key))
 
 
 def _generator(*key: int) -> torch.Generator:
@@ -179,7 +184,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
         (seed, epoch, index), drawn apart from SpecAugment's generator (its masks do not change)."""
         if self.noise_prob <= 0.0:
             return None
-        draw = random.Random(hash((self.seed, epoch, index, 2)))  # ints: hash() of str varies by process
+        draw = _random(self.seed, epoch, index, 2)
         if draw.random() >= self.noise_prob:
             return None
         low, high = self.augment.noise_snr
@@ -197,7 +202,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
             noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
             feats = self.feats(index, factor, snr, noise_rng)
             if mean is not None and self.augment.own_mean_prob > 0:  # as if transcribed alone: its own mean
-                if random.Random(hash((self.seed, epoch, index, 3))).random() < self.augment.own_mean_prob:
+                if _random(self.seed, epoch, index, 3).random() < self.augment.own_mean_prob:
                     mean = feats.mean(0)
             feats = spec_augment(feats, self.augment, rng)
         utt = self.utterances[index]
