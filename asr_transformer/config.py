@@ -33,6 +33,13 @@ class AugmentConfig:
     # model.speaker_cmn: chance that an utterance is normalized by its own mean instead of its speaker's in an
     # epoch, as a file transcribed alone is
     own_mean_prob: float = 0.0
+    # vocal tract length perturbation (Jaitly & Hinton 2013): the filterbank's frequency axis warped by a factor
+    # drawn per utterance and epoch from this list, as Kaldi's VTLN warps it; e.g. [0.9, 0.95, 1.0, 1.05, 1.1]
+    vtlp_warps: list[float] = field(default_factory=lambda: [1.0])
+    # a random microphone: that share of utterances per epoch gets a smooth random frequency response, up to
+    # ±eq_db at 6 points across the filterbank (data.features.random_equalizer)
+    eq_prob: float = 0.0
+    eq_db: float = 6.0
     freq_masks: int = 2
     freq_mask_width: int = 27  # max bins per mask
     time_masks: int = 2

@@ -1,11 +1,13 @@
+import math
+
 import numpy as np
 import pytest
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
 from asr_transformer.config import AugmentConfig, FeatureConfig
-from asr_transformer.data.features import (CMVNAccumulator, fbank, load_cmvn, num_frames, save_cmvn, speaker_means,
-                                           spec_augment, speed_perturb)
+from asr_transformer.data.features import (CMVNAccumulator, fbank, load_cmvn, num_frames, random_equalizer, save_cmvn,
+                                           speaker_means, spec_augment, speed_perturb)
 
 
 @pytest.mark.parametrize("samples", [400, 401, 559, 560, 16000, 23456])
@@ -26,6 +28,27 @@ def test_fbank_of_8k_config_matches():
     cfg = FeatureConfig(sample_rate=8000, num_mel_bins=23)
     ref = kaldi.fbank((wave * 32768).unsqueeze(0), num_mel_bins=23, sample_frequency=8000, dither=0.0)
     torch.testing.assert_close(fbank(wave, cfg), ref, atol=2e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("warp", [0.9, 0.95, 1.05, 1.1])
+def test_warped_fbank_matches_torchaudio_kaldi_vtln(warp):
+    """Vocal tract length perturbation warps the filterbank exactly as Kaldi's VTLN does, and changes it."""
+    wave = 0.1 * torch.randn(16000, generator=torch.Generator().manual_seed(1)) + 0.1 * torch.sin(torch.arange(16000) * 0.2)
+    ours = fbank(wave, FeatureConfig(), warp=warp)
+    ref = kaldi.fbank((wave * 32768).unsqueeze(0), num_mel_bins=80, dither=0.0, energy_floor=0.0, vtln_warp=warp)
+    torch.testing.assert_close(ours, ref, atol=2e-3, rtol=1e-4)
+    assert (ours - fbank(wave, FeatureConfig())).abs().max() > 0.1
+
+
+def test_random_equalizer_adds_one_smooth_bounded_curve_to_every_frame():
+    feats = torch.randn(30, 80, generator=torch.Generator().manual_seed(0))
+    out = random_equalizer(feats, 6.0, torch.Generator().manual_seed(1))
+    curve = out - feats
+    torch.testing.assert_close(curve, curve[:1].expand_as(curve))  # a filter: the same gain in every frame
+    assert 0.1 < curve.abs().max() <= 6.0 * math.log(10) / 10 + 1e-6  # ±6 dB of power, in natural log
+    bends = (curve[0, 2:] - 2 * curve[0, 1:-1] + curve[0, :-2]).abs() > 1e-5
+    assert int(bends.sum()) <= 2 * 4  # straight between the 6 points (a bend at each of the 4 inner ones)
+    torch.testing.assert_close(random_equalizer(feats, 6.0, torch.Generator().manual_seed(1)), out)
 
 
 def test_too_short_gives_no_frames():

@@ -10,7 +10,8 @@ from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import AudioError
 from asr_transformer.data.features import add_noise, fbank, num_frames, speaker_means, speed_perturb
 from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, UtteranceDataset, filter_utterances,
-                                         make_loader, perturbed_frames, round_up, speed_factor, utterance_frames)
+                                         make_loader, perturbed_frames, round_up, speed_factor, utterance_frames,
+                                         vtlp_warp)
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import train_tokenizer
 
@@ -147,7 +148,8 @@ def test_batches_carry_the_speakers_mean_of_clean_features(corpus):
     utts, tok = corpus
     kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
     kept = [dataclasses.replace(u, speaker=s) for u, s in zip(kept, ["ann", "bob", "ann", "bob"])]
-    aug = AugmentConfig(speed_factors=[0.9, 1.1], noise_prob=1.0)  # every feature the model sees is perturbed
+    # every feature the model sees is perturbed
+    aug = AugmentConfig(speed_factors=[0.9, 1.1], noise_prob=1.0, vtlp_warps=[0.9, 1.1], eq_prob=1.0)
     ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3, speaker_cmn=True)
     clean = [fbank(torch.from_numpy(sf.read(u.audio, dtype="float32")[0]), FeatureConfig()) for u in kept]
     expected = speaker_means([u.speaker for u in kept], lambda i: clean[i])
@@ -184,6 +186,43 @@ def test_own_mean_prob_gives_some_utterances_their_own_mean(corpus):
     assert all(torch.equal(never[(i, e)][4], never.speaker_mean[i]) for e in range(3) for i in range(len(kept)))
 
 
+def test_vtlp_warps_each_utterance_by_its_drawn_factor(corpus):
+    """augment.vtlp_warps: the features of an utterance in an epoch come through the filterbank warped by the
+    factor drawn for it (a function of seed, epoch and utterance), at its drawn speed."""
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:3], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    aug = AugmentConfig(speed_factors=[0.9, 1.1], vtlp_warps=[0.9, 1.0, 1.1], freq_masks=0, time_masks=0)
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3)
+    waves = [torch.from_numpy(sf.read(u.audio, dtype="float32")[0]) for u in kept]
+    warps = set()
+    for epoch in range(4):
+        for i in range(len(kept)):
+            factor, warp = speed_factor(aug.speed_factors, 3, epoch, i), vtlp_warp(aug.vtlp_warps, 3, epoch, i)
+            torch.testing.assert_close(ds[(i, epoch)][1], fbank(speed_perturb(waves[i], factor), warp=warp))
+            warps.add(warp)
+    assert warps == {0.9, 1.0, 1.1}
+    with pytest.raises(ValueError, match="vtlp_warps"):
+        UtteranceDataset(kept, ids, tok, FeatureConfig(), AugmentConfig(vtlp_warps=[0.0, 1.0]))
+
+
+def test_eq_prob_colours_that_share_of_utterances_with_a_random_microphone(corpus):
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    aug = AugmentConfig(eq_prob=0.5, eq_db=6.0, freq_masks=0, time_masks=0)
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=3)
+    clean = [fbank(torch.from_numpy(sf.read(u.audio, dtype="float32")[0])) for u in kept]
+    coloured = plain = 0
+    for epoch in range(5):
+        for i in range(len(kept)):
+            curve = ds[(i, epoch)][1] - clean[i]
+            torch.testing.assert_close(curve, curve[:1].expand_as(curve), atol=1e-4, rtol=0)  # one filter per item
+            coloured, plain = (coloured + 1, plain) if curve.abs().max() > 1e-3 else (coloured, plain + 1)
+            assert torch.equal(ds[(i, epoch)][1], ds[(i, epoch)][1])  # a function of (seed, epoch, utterance)
+    assert coloured > 0 and plain > 0
+    with pytest.raises(ValueError, match="eq_prob"):
+        UtteranceDataset(kept, ids, tok, FeatureConfig(), AugmentConfig(eq_prob=1.5))
+
+
 def test_cached_features_are_computed_once_and_equal_fresh_ones(corpus, tmp_path):
     utts, tok = corpus
     kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
@@ -206,7 +245,7 @@ def test_dither_caches_the_waveform_not_the_features(corpus):
     ds = UtteranceDataset(kept, ids, tok, FeatureConfig(dither=1.0), AugmentConfig(), seed=3, cache_audio=True)
     a, b = ds[(0, 0)][1], ds[(0, 0)][1]
     assert not torch.equal(a, b)  # fresh dither every time
-    assert list(ds.cache) == [(0, 0.0)]  # the waveform
+    assert list(ds.cache) == [(0, 0.0, 0.0)]  # the waveform
 
 
 def test_noise_is_drawn_per_epoch_and_utterance_at_the_asked_snr(corpus):

@@ -1,5 +1,5 @@
-"""Log-mel filterbank features (Kaldi-compatible), global CMVN statistics, per-speaker means, SpecAugment,
-speed perturbation.
+"""Log-mel filterbank features (Kaldi-compatible, with Kaldi's VTLN warp), global CMVN statistics, per-speaker
+means, SpecAugment, speed perturbation.
 
 `fbank` matches ``torchaudio.compliance.kaldi.fbank`` for the same settings (povey window,
 pre-emphasis 0.97, DC removal, power spectrum, snip edges, mel floor 20 Hz) but is vectorized
@@ -28,15 +28,36 @@ def _mel(freq):
     return 1127.0 * torch.log1p(freq / 700.0)
 
 
-@lru_cache(maxsize=8)
-def mel_banks(num_bins: int, padded_window: int, sample_rate: int, low_freq: float = 20.0) -> torch.Tensor:
-    """Kaldi's triangular mel filters → (num_bins, padded_window // 2 + 1), float32."""
+def _hz(mel):
+    return 700.0 * torch.expm1(mel / 1127.0)
+
+
+def vtln_warp(freq: torch.Tensor, warp: float, low_freq: float, high_freq: float, vtln_low: float = 100.0,
+              vtln_high: float | None = None) -> torch.Tensor:
+    """Kaldi's piecewise-linear vocal tract length warp of frequencies in Hz: ``f / warp`` between the cutoffs
+    (``vtln_low · max(1, warp)`` and ``vtln_high · min(1, warp)``; vtln_high defaults to 500 Hz below
+    `high_freq`), and straight lines from there that keep `low_freq` and `high_freq` where they are."""
+    vtln_high = high_freq - 500.0 if vtln_high is None else vtln_high
+    low, high = vtln_low * max(1.0, warp), vtln_high * min(1.0, warp)
+    below = low_freq + (low / warp - low_freq) / (low - low_freq) * (freq - low_freq)
+    above = high_freq + (high_freq - high / warp) / (high_freq - high) * (freq - high_freq)
+    warped = torch.where(freq < low, below, torch.where(freq < high, freq / warp, above))
+    return torch.where((freq < low_freq) | (freq > high_freq), freq, warped)
+
+
+@lru_cache(maxsize=32)
+def mel_banks(num_bins: int, padded_window: int, sample_rate: int, low_freq: float = 20.0,
+              warp: float = 1.0) -> torch.Tensor:
+    """Kaldi's triangular mel filters → (num_bins, padded_window // 2 + 1), float32; with `warp` ≠ 1 the
+    filters' edges move by `vtln_warp` (Kaldi's VTLN, as ``torchaudio.compliance.kaldi.fbank(vtln_warp=…)``)."""
     num_fft_bins = padded_window // 2
     nyquist = 0.5 * sample_rate
     mel_low, mel_high = _mel(torch.tensor(low_freq, dtype=torch.float64)), _mel(torch.tensor(nyquist, dtype=torch.float64))
     delta = (mel_high - mel_low) / (num_bins + 1)
     i = torch.arange(num_bins, dtype=torch.float64).unsqueeze(1)
     left, center, right = mel_low + i * delta, mel_low + (i + 1) * delta, mel_low + (i + 2) * delta
+    if warp != 1.0:
+        left, center, right = (_mel(vtln_warp(_hz(m), warp, low_freq, nyquist)) for m in (left, center, right))
     mel = _mel(sample_rate / padded_window * torch.arange(num_fft_bins, dtype=torch.float64)).unsqueeze(0)
     up = (mel - left) / (center - left)
     down = (right - mel) / (right - center)
@@ -57,8 +78,10 @@ def num_frames(num_samples: int, cfg: FeatureConfig = FeatureConfig()) -> int:
     return 0 if num_samples < win else 1 + (num_samples - win) // hop
 
 
-def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: float = 0.0) -> torch.Tensor:
-    """(samples,) float in [-1, 1] → (frames, num_mel_bins) log-mel energies."""
+def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: float = 0.0,
+          warp: float = 1.0) -> torch.Tensor:
+    """(samples,) float in [-1, 1] → (frames, num_mel_bins) log-mel energies; `warp` ≠ 1 warps the frequency
+    axis of the filterbank (vocal tract length perturbation, `vtln_warp`)."""
     win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
     hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
     padded = 1 << (win - 1).bit_length()
@@ -71,7 +94,7 @@ def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: 
     frames = torch.cat([frames[:, :1] * (1 - 0.97), frames[:, 1:] - 0.97 * frames[:, :-1]], dim=1)
     frames = frames * povey_window(win).to(frames.device)
     power = torch.fft.rfft(frames, n=padded).abs().pow(2)  # (frames, padded // 2 + 1)
-    mel = power @ mel_banks(cfg.num_mel_bins, padded, cfg.sample_rate).to(frames.device).T
+    mel = power @ mel_banks(cfg.num_mel_bins, padded, cfg.sample_rate, warp=warp).to(frames.device).T
     return torch.clamp(mel, min=torch.finfo(torch.float32).eps).log()
 
 
@@ -155,6 +178,16 @@ def add_noise(waveform: torch.Tensor, snr_db: float, rng: torch.Generator) -> to
     power = waveform.pow(2).mean()
     noise = torch.randn(waveform.shape, generator=rng, dtype=waveform.dtype)
     return waveform + noise * (power / 10 ** (snr_db / 10)).sqrt()
+
+
+def random_equalizer(feats: torch.Tensor, max_db: float, rng: torch.Generator, points: int = 6) -> torch.Tensor:
+    """A random microphone: log-mel (frames, bins) plus a smooth gain curve over the bins, in dB drawn uniformly
+    from ±`max_db` at `points` evenly spaced bins and interpolated linearly between them, as if recorded
+    through a filter with that frequency response (smooth on the scale of a mel band)."""
+    gains = (2 * torch.rand(points, generator=rng, dtype=torch.float64) - 1) * max_db
+    curve = torch.nn.functional.interpolate(gains.view(1, 1, -1), size=feats.size(1), mode="linear",
+                                            align_corners=True).view(-1)
+    return feats + (curve * math.log(10.0) / 10.0).to(feats.dtype)  # dB of power → natural log
 
 
 def time_warp(feats: torch.Tensor, max_warp: int, rng: torch.Generator) -> torch.Tensor:

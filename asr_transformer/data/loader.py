@@ -18,7 +18,8 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import load_utterance
-from asr_transformer.data.features import add_noise, fbank, num_frames, spec_augment, speaker_means, speed_perturb
+from asr_transformer.data.features import (add_noise, fbank, num_frames, random_equalizer, spec_augment, speaker_means,
+                                           speed_perturb)
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.embedding import subsampled_length
@@ -40,9 +41,18 @@ def round_up(n: int, multiple: int) -> int:
 def speed_factor(factors, seed: int, epoch: int, index: int) -> float:
     """The speed perturbation factor of utterance `index` in `epoch`, drawn from `factors` by (seed, epoch,
     index) alone: the dataset plays the utterance at it, and the sampler batches it by the length it gives."""
-    if len(factors) == 1:
-        return factors[0]
-    return factors[_random(seed, epoch, index).randrange(len(factors))]
+    return _pick(factors, seed, epoch, index)
+
+
+def vtlp_warp(warps, seed: int, epoch: int, index: int) -> float:
+    """The vocal tract warp of utterance `index` in `epoch`, drawn from `warps` by (seed, epoch, index) alone,
+    apart from its speed factor."""
+    return _pick(warps, seed, epoch, index, 4)
+
+
+def _pick(values, *key: int):
+    """One of `values`, drawn by the tuple of ints `key` alone (the only one when there is one)."""
+    return values[0] if len(values) == 1 else values[_random(*key).randrange(len(values))]
 
 
 def _random(*key: int) -> random.Random:
@@ -126,9 +136,9 @@ def filter_utterances(
 class UtteranceDataset(torch.utils.data.Dataset):
     """Item ``(index, epoch)`` → (id, features (T, F), token ids, normalized text, speaker mean (F,) or None).
 
-    With ``speaker_cmn`` each utterance carries its speaker's mean log-mel over the clean (unperturbed, noiseless)
-    features of all that speaker's utterances here (`speaker_means`), computed once at construction.
-    With ``cache_audio`` the features of each (utterance, speed factor) are computed once and kept
+    With ``speaker_cmn`` each utterance carries its speaker's mean log-mel over the clean (unperturbed, unwarped,
+    noiseless) features of all that speaker's utterances here (`speaker_means`), computed once at construction.
+    With ``cache_audio`` the features of each (utterance, speed factor, warp) are computed once and kept
     in memory (SpecAugment is drawn afresh on top of them every epoch); with dither or noise, which make
     features random, the decoded waveforms are kept too.
     """
@@ -150,13 +160,18 @@ class UtteranceDataset(torch.utils.data.Dataset):
             if not (self.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
                 raise ValueError(f"augment.noise_prob must be in [0, 1] and augment.noise_snr [low, high] dB, got "
                                  f"{self.noise_prob} and {snr}")
+        if augment is not None and not all(w > 0 for w in augment.vtlp_warps):
+            raise ValueError(f"augment.vtlp_warps must be positive factors, got {augment.vtlp_warps}")
+        if augment is not None and not (0.0 <= augment.eq_prob <= 1.0 and augment.eq_db >= 0.0):
+            raise ValueError(f"augment.eq_prob must be in [0, 1] and augment.eq_db ≥ 0, got {augment.eq_prob} and "
+                             f"{augment.eq_db}")
         self.speaker_mean = (speaker_means([u.speaker for u in utterances], self.feats) if speaker_cmn else None)
 
     def __len__(self) -> int:
         return len(self.utterances)
 
     def waveform(self, index: int) -> torch.Tensor:
-        key = (index, 0.0)  # factor 0: the waveform itself
+        key = (index, 0.0, 0.0)  # factor 0: the waveform itself
         if self.cache is not None and key in self.cache:
             return self.cache[key]
         wave = torch.from_numpy(load_utterance(self.utterances[index], self.features.sample_rate))
@@ -165,16 +180,17 @@ class UtteranceDataset(torch.utils.data.Dataset):
         return wave
 
     def feats(self, index: int, factor: float = 1.0, snr: float | None = None,
-              noise_rng: torch.Generator | None = None) -> torch.Tensor:
+              noise_rng: torch.Generator | None = None, warp: float = 1.0) -> torch.Tensor:
         """Filterbank features (T, F) of utterance `index` played `factor`× faster, with white noise at `snr` dB
-        (drawn from `noise_rng`) when given; noisy features are new every time, so never cached."""
-        key = (index, factor)
+        (drawn from `noise_rng`) when given, through a filterbank warped by `warp` (vocal tract length
+        perturbation); noisy features are new every time, so never cached."""
+        key = (index, factor, warp)
         if snr is None and self.cache is not None and key in self.cache:
             return self.cache[key]
         wave = speed_perturb(self.waveform(index), factor)
         if snr is not None:
             wave = add_noise(wave, snr, noise_rng)
-        feats = fbank(wave, self.features, dither=self.dither)
+        feats = fbank(wave, self.features, dither=self.dither, warp=warp)
         if snr is None and self.cache is not None and self.dither == 0:
             self.cache[key] = feats
         return feats
@@ -198,9 +214,12 @@ class UtteranceDataset(torch.utils.data.Dataset):
         else:
             rng = _generator(self.seed, epoch, index)
             factor = speed_factor(self.augment.speed_factors, self.seed, epoch, index)
+            warp = vtlp_warp(self.augment.vtlp_warps, self.seed, epoch, index)
             snr = self.noise_snr(epoch, index)
             noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
-            feats = self.feats(index, factor, snr, noise_rng)
+            feats = self.feats(index, factor, snr, noise_rng, warp)
+            if self.augment.eq_prob > 0 and _random(self.seed, epoch, index, 5).random() < self.augment.eq_prob:
+                feats = random_equalizer(feats, self.augment.eq_db, _generator(self.seed, epoch, index, 5))
             if mean is not None and self.augment.own_mean_prob > 0:  # as if transcribed alone: its own mean
                 if _random(self.seed, epoch, index, 3).random() < self.augment.own_mean_prob:
                     mean = feats.mean(0)
