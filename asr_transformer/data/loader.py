@@ -1,6 +1,7 @@
 """Training and validation batches from manifests.
 
-Features are computed on the fly (with speed perturbation and SpecAugment when training).
+Features are computed on the fly (when training, with the augmentations of AugmentConfig: speed perturbation,
+vocal tract length perturbation, white noise, a random microphone, SpecAugment).
 Batches are bounded by total feature frames, padding included (``batch × longest ≤ max_frames``),
 built from length-sorted utterances (bucketing) and shuffled per epoch from a seed. Augmentation
 randomness depends only on (seed, epoch, utterance), so results do not depend on worker count
@@ -154,7 +155,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
         self.seed = seed
         self.dither = features.dither if augment is not None else 0.0
         self.noise_prob = augment.noise_prob if augment is not None else 0.0
-        self.cache: dict[tuple[int, float], torch.Tensor] | None = {} if cache_audio else None
+        self.cache: dict[tuple[int, float, float], torch.Tensor] | None = {} if cache_audio else None
         if self.noise_prob > 0:
             snr = augment.noise_snr
             if not (self.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
