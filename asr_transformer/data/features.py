@@ -1,5 +1,5 @@
 """Log-mel filterbank features (Kaldi-compatible, with Kaldi's VTLN warp), global CMVN statistics, per-speaker
-means, SpecAugment, speed perturbation.
+means, augmentation (speed perturbation, white noise, a random microphone, SpecAugment).
 
 `fbank` matches ``torchaudio.compliance.kaldi.fbank`` for the same settings (povey window,
 pre-emphasis 0.97, DC removal, power spectrum, snip edges, mel floor 20 Hz) but is vectorized
