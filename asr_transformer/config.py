@@ -115,6 +115,10 @@ class TrainConfig:
     scheduled_sampling: float = 0.0  # final probability of feeding the decoder its own prediction
     mask_ctc: bool = False  # train the decoder for Mask-CTC (masked-token objective)
     log_interval: int = 20
+    # fine-tuning: a model package (`asr average`'s model.pt) whose weights start a fresh run (not a resumed one)
+    init_from: str = ""
+    # parameter-name prefixes taken from it, e.g. [encoder] across vocabularies; empty: the whole model
+    init_modules: list[str] = field(default_factory=list)
 
 
 @dataclass

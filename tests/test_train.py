@@ -241,3 +241,32 @@ def test_auto_precision_trains_in_bf16_only_where_the_cpu_has_amx(tone_corpus, t
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     state = run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1", "train.precision=auto"])
     assert [r["precision"] for r in state.history] == [expected]
+
+
+def test_init_from_takes_the_listed_modules_of_a_package_and_keeps_the_runs_cmvn(tone_corpus, tiny_package, tmp_path):
+    """Fine-tuning: the encoder of a package with another vocabulary starts the run; nothing else is taken."""
+    package = load_checkpoint(tiny_package / "model.pt", format="asr-model")["weights"]
+    # lr 0: the first epoch's weights are the ones the run started from
+    run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1", "train.lr=0", f"train.init_from={tiny_package / 'model.pt'}",
+                                        "train.init_modules=[encoder]"])
+    start = weights(tmp_path / "exp/checkpoints/epoch_1.pt")
+    assert start["ctc.proj.weight"].shape != package["ctc.proj.weight"].shape  # another vocabulary
+    encoder = [n for n in start if n.startswith("encoder.")]
+    assert len(encoder) > 20
+    for name in encoder:
+        torch.testing.assert_close(start[name], package[name], msg=name)
+    assert not torch.equal(start["decoder.layers.0.self_attn.q.weight"], package["decoder.layers.0.self_attn.q.weight"])
+    cmvn = json.loads((tmp_path / "exp/cmvn.json").read_text())
+    torch.testing.assert_close(start["cmvn_mean"], torch.tensor(cmvn["mean"], dtype=torch.float32))
+    assert not torch.equal(start["cmvn_mean"], package["cmvn_mean"])
+
+
+def test_init_from_refuses_what_does_not_fit(tone_corpus, tiny_package, tmp_path):
+    init = f"train.init_from={tiny_package / 'model.pt'}"
+    with pytest.raises(TrainError, match=r"embed\.weight is \(21, 64\), this model.s is \(11, 64\)"):
+        run(tone_corpus, tmp_path / "a", ["train.max_epochs=1", init])  # the whole model, another vocabulary
+    with pytest.raises(TrainError, match="'encoders' names no parameter"):
+        run(tone_corpus, tmp_path / "b", ["train.max_epochs=1", init, "train.init_modules=[encoders]"])
+    with pytest.raises(TrainError, match="Expected a model package"):
+        run(tone_corpus, tmp_path / "c", ["train.max_epochs=1", "train.init_modules=[encoder]",
+                                          f"train.init_from={tone_corpus / 'train.jsonl'}"])

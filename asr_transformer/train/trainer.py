@@ -32,6 +32,7 @@ from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.package import resolve_precision
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
+from asr_transformer.train.pretrained import PretrainedError, load_pretrained
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
 
 
@@ -275,6 +276,13 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
         state = Progress(**saved["progress"])
         _set_rng_state(saved["rng"])
         say(f"resuming from {last}: epoch {state.epoch + 1}, batch {state.batch}, step {state.step}")
+    elif tc.init_from:
+        try:
+            taken = load_pretrained(model, tc.init_from, tc.init_modules)
+        except PretrainedError as e:
+            raise TrainError(str(e)) from None
+        say(f"initialized {len(taken)} of {len(model.state_dict())} tensors from {tc.init_from}"
+            + (f" ({', '.join(tc.init_modules)})" if tc.init_modules else ""))
 
     ddp = model
     if dist.world > 1:
