@@ -210,6 +210,25 @@ def combine(
     typer.echo(f"wrote {out}: {n} utterances from {len(manifests)} manifests")
 
 
+@app.command()
+def resample(
+    manifest: Path = typer.Argument(..., help="A JSONL manifest."),
+    out: Path = typer.Argument(..., help="Manifest to write."),
+    rate: int = typer.Option(..., min=8000, max=48000, help="New sample rate in Hz, e.g. 8000 for the telephone band."),
+    audio_dir: Optional[Path] = typer.Option(None, help="Where the new audio goes (default: audio_RATE beside OUT)."),
+):
+    """Copy a manifest's audio at another sample rate (FLAC), e.g. a 16 kHz corpus in an 8 kHz corpus's band."""
+    from asr_transformer.data.audio import AudioError
+    from asr_transformer.data.manifest import ManifestError
+    from asr_transformer.data.resampling import resample_manifest
+
+    try:
+        n = resample_manifest(manifest, out, rate, audio_dir)
+    except (ManifestError, AudioError, OSError) as e:
+        _fail(str(e))
+    typer.echo(f"wrote {out}: {n} utterances at {rate} Hz")
+
+
 @app.command("export-kaldi")
 def export_kaldi(
     manifest: Path = typer.Argument(..., help="A JSONL manifest."),
