@@ -91,6 +91,7 @@ def makefile_default(recipe: Path, variable: str) -> str | None:
 
 
 RUNTIME_KEYS = {("model", "vocab_size"), ("model", "input_dim")}  # filled in by `asr train`, not configured
+PRETRAIN_KEYS = {("train", "init_from"), ("train", "init_modules")}  # set by a Makefile's PRETRAIN stage
 
 
 def conf_file(recipe: Path, exp: Path) -> Path:
@@ -109,7 +110,9 @@ def config_overrides(recipe: Path, exp: Path, ran: dict) -> list[str]:
     overrides = []
     for section, values in ran.items():
         for key, value in values.items():
-            if (section, key) not in RUNTIME_KEYS and planned.get(section, {}).get(key) != value:
+            if (section, key) in RUNTIME_KEYS or (section, key) in PRETRAIN_KEYS:
+                continue
+            if planned.get(section, {}).get(key) != value:
                 text = json.dumps(value, separators=(",", ":")) if isinstance(value, (list, bool)) else str(value)
                 overrides.append(f"{section}.{key}={text}")
     return overrides
@@ -154,6 +157,9 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
             same = default == str(value) or (variable != "LM_MODES" and _number(default) == _number(value))
             if value is not None and not same and f"{variable}=" not in " ".join(args):
                 args.append(f"{variable}={value:g}" if isinstance(value, float) else f"{variable}={value}")
+    pretrain = makefile_default(recipe, "PRETRAIN")
+    if pretrain is not None and (pretrain == "1") != bool(ran.get("train", {}).get("init_from")):
+        args.append(f"PRETRAIN={0 if pretrain == '1' else 1}")
     overrides = config_overrides(recipe, exp, ran)
     if overrides:
         args.append('TRAIN_ARGS="' + " ".join(f"--set {o}" for o in overrides) + '"')
@@ -180,6 +186,23 @@ def config_notes(recipe: Path, exp: Path) -> str:
     return " ".join(lines)
 
 
+def training_summary(log: list[dict], t: dict) -> str:
+    """Epochs, steps, minutes, pace, hardware, precision and the best epoch of a training log."""
+    last = log[-1]
+    metric = t.get("best_metric", "valid_loss")
+    pick = max if metric == "valid_acc" else min
+    best = pick(log, key=lambda r: r.get(metric, float("nan")))
+    budget = ""
+    if last["epoch"] < t.get("max_epochs", 0) and t.get("max_minutes"):
+        budget = f" (of train.max_epochs={t['max_epochs']}: what fitted in train.max_minutes={t['max_minutes']:g})"
+    rates = [r["audio_seconds_per_second"] for r in log if "audio_seconds_per_second" in r]
+    pace = f" at {sum(rates) / len(rates):.0f} audio s/s" if rates else ""
+    return (f"{last['epoch']} epochs{budget}, {last['step']} steps, {last['elapsed'] / 60:.1f} min of "
+            f"training{pace} on {cpu_name()} ({os.cpu_count()} cores), precision {last.get('precision', t['precision'])}; "
+            f"best epoch by {metric}: {best['epoch']} (dev loss {best.get('valid_loss', float('nan')):.3f}, "
+            f"dev CTC-greedy CER {best.get('valid_cer', float('nan')):.2f} %)")
+
+
 def section(recipe: Path, exp: Path) -> str:
     cfg = yaml.safe_load((exp / "config.yaml").read_text())
     log = read_log(exp)
@@ -196,19 +219,14 @@ def section(recipe: Path, exp: Path) -> str:
                  f"with {m.get('subsampling_channels') or m['d_model']} channels, vocabulary {m['vocab_size']}, "
                  f"CTC weight {m['ctc_weight']}; parameters {parameters(exp)}")
     if log:
-        last = log[-1]
-        metric = t.get("best_metric", "valid_loss")
-        pick = max if metric == "valid_acc" else min
-        best = pick(log, key=lambda r: r.get(metric, float("nan")))
-        budget = ""
-        if last["epoch"] < t.get("max_epochs", 0) and t.get("max_minutes"):
-            budget = f" (of train.max_epochs={t['max_epochs']}: what fitted in train.max_minutes={t['max_minutes']:g})"
-        rates = [r["audio_seconds_per_second"] for r in log if "audio_seconds_per_second" in r]
-        pace = f" at {sum(rates) / len(rates):.0f} audio s/s" if rates else ""
-        lines.append(f"- Training: {last['epoch']} epochs{budget}, {last['step']} steps, {last['elapsed'] / 60:.1f} min of "
-                     f"training{pace} on {cpu_name()} ({os.cpu_count()} cores), precision {last.get('precision', t['precision'])}; best epoch by {metric}: "
-                     f"{best['epoch']} (dev loss {best.get('valid_loss', float('nan')):.3f}, "
-                     f"dev CTC-greedy CER {best.get('valid_cer', float('nan')):.2f} %)")
+        lines.append(f"- Training: {training_summary(log, t)}")
+    init = t.get("init_from")
+    if init:
+        pre_exp = (recipe / init).parent
+        pre_log, pre_cfg = read_log(pre_exp), yaml.safe_load((pre_exp / "config.yaml").read_text())
+        taken = ", ".join(t.get("init_modules") or []) or "all"
+        lines.append(f"- Pretraining (`conf/{pre_exp.name}.yaml`, vocabulary {pre_cfg['model']['vocab_size']}; this model "
+                     f"starts from its {taken} in `{init}`): {training_summary(pre_log, pre_cfg['train'])}")
     model_info = exp / "model.pt"
     lines.append(f"- Package: `{model_info.relative_to(recipe)}` (`asr average`)")
     for decode_dir in sorted(exp.glob("decode_*")):

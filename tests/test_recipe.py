@@ -11,6 +11,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def make_plan(recipe: str, *args) -> str:
+    """The commands `make -n` would run in recipes/<recipe> with these variables."""
+    cmd = ["make", "-n", "-C", str(ROOT / "recipes" / recipe), "ASR=asr", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_default_recipe_in_miniature(tmp_path):
     pytest.importorskip("espeakng_loader", reason="the synthetic corpus needs espeakng-loader")
@@ -67,9 +73,7 @@ def test_default_recipe_in_miniature(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_fsdd_recipe_adds_synthetic_digits_to_training_unless_told_not_to(tmp_path):
     def planned(*args):
-        cmd = ["make", "-n", "-C", str(ROOT / "recipes/fsdd"), "ASR=asr", f"DATA={tmp_path / 'data'}",
-               f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/fsdd", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        return make_plan("fsdd", f"DATA={tmp_path / 'data'}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/fsdd", *args)
 
     steps = planned()
     assert "asr prepare synthetic" in steps and "--text-file digits.txt --share-texts --sample-rate 8000" in steps
@@ -82,9 +86,8 @@ def test_fsdd_recipe_adds_synthetic_digits_to_training_unless_told_not_to(tmp_pa
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told_not_to(tmp_path):
     def planned(*args):
-        cmd = ["make", "-n", "-C", str(ROOT / "recipes/kathleen"), "ASR=asr", f"DATA={tmp_path / 'data'}",
-               f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen", "lm", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        return make_plan("kathleen", f"DATA={tmp_path / 'data'}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen",
+                         "lm", *args)
 
     data = tmp_path / "data"
     steps = planned()
@@ -94,3 +97,71 @@ def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told
     assert f"--debs /mirror/debs --out {data}/english_text.txt" in planned("DEBS=/mirror/debs")
     steps = planned("ENGLISH_TEXT=0")
     assert "english_text" not in steps and f"--out {data}/lm_8gram_words1000000.arpa" in steps
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_fsdd_recipe_pretrains_the_encoder_on_kathleen_at_8_khz_unless_told_not_to(tmp_path):
+    def planned(*args):
+        return make_plan("fsdd", f"DATA={tmp_path / 'data'}", f"EXP={tmp_path / 'exp/tiny'}", "SOURCE=/corpus/fsdd",
+                         "KATHLEEN=/corpus/kathleen", *args)
+
+    data, pre = tmp_path / "data/kathleen_8k", tmp_path / "exp/pretrain"
+    steps = planned()
+    assert f"asr prepare kathleen --out {data}/src --source /corpus/kathleen" in steps
+    for split in ("train", "dev"):
+        assert f"asr resample {data}/src/{split}.jsonl {data}/{split}.jsonl --rate 8000" in steps
+    assert "src/test.jsonl" not in steps  # Kathleen's test prompts are never read
+    assert f"asr tokenizer {data}/train.jsonl --out {data}/tokenizer --model-type char" in steps
+    assert f"asr train --data {data} --exp {pre} --config conf/pretrain.yaml" in steps
+    assert f"--set train.init_from={pre}/model.pt --set 'train.init_modules=[encoder]'" in steps
+    assert steps.index(f"--out {pre}/model.pt") < steps.index("--train-manifest train_tts.jsonl")
+    steps = planned("PRETRAIN=0")
+    assert "kathleen" not in steps and "init_from" not in steps
+
+
+def test_fsdd_pretraining_config_builds_the_encoder_the_recipe_fine_tunes():
+    from asr_transformer.config import load_config
+
+    pre, tiny = (load_config(ROOT / f"recipes/fsdd/conf/{name}.yaml") for name in ("pretrain", "tiny"))
+    assert pre.features == tiny.features
+    for key in ("d_model", "heads", "encoder_layers", "ffn_dim", "subsampling", "subsampling_channels", "conv_kernel",
+                "pre_norm", "speaker_cmn"):
+        assert getattr(pre.model, key) == getattr(tiny.model, key), key
+
+
+def test_results_report_the_pretraining_a_model_started_from(tiny_package, tmp_path):
+    """RESULTS.md names the pretraining run (its own training line) and a run without it reproduces with PRETRAIN=0."""
+    import importlib.util
+
+    import yaml
+
+    from asr_transformer.config import load_config, to_dict
+
+    spec = importlib.util.spec_from_file_location("results", ROOT / "recipes/results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    recipe = tmp_path / "recipes/demo"
+    (recipe / "conf").mkdir(parents=True)
+    shutil.copy(ROOT / "recipes/common.mk", recipe.parent)
+    (recipe / "Makefile").write_text("EXP ?= exp/tiny\nPRETRAIN ?= 1\ninclude ../common.mk\n")
+    configs = {}
+    for name, vocab, minutes in (("tiny", 64, 8.5), ("pretrain", 33, 13.9)):
+        (recipe / f"conf/{name}.yaml").write_text("model:\n  preset: tiny\n")
+        cfg = configs[name] = to_dict(load_config(recipe / f"conf/{name}.yaml"))
+        cfg["model"]["vocab_size"] = vocab
+        if name == "tiny":
+            cfg["train"].update(init_from="exp/pretrain/model.pt", init_modules=["encoder"])
+        exp = recipe / "exp" / name
+        exp.mkdir(parents=True)
+        (exp / "config.yaml").write_text(yaml.safe_dump(cfg))
+        (exp / "train_log.jsonl").write_text(json.dumps({"epoch": 1, "step": 10, "elapsed": minutes * 60,
+                                                         "valid_loss": 1.0, "valid_cer": 5.0}) + "\n")
+        shutil.copy(tiny_package / "model.pt", exp / "model.pt")
+    text = results.section(recipe, recipe / "exp/tiny")
+    assert "- Reproduce: `make -C recipes/demo`\n" in text  # the Makefile's PRETRAIN stage sets init_from
+    assert ("- Pretraining (`conf/pretrain.yaml`, vocabulary 33; this model starts from its encoder in "
+            "`exp/pretrain/model.pt`): 1 epochs, 10 steps, 13.9 min of training") in text
+    configs["tiny"]["train"].update(init_from="", init_modules=[])
+    (recipe / "exp/tiny/config.yaml").write_text(yaml.safe_dump(configs["tiny"]))
+    text = results.section(recipe, recipe / "exp/tiny")
+    assert "- Reproduce: `make -C recipes/demo PRETRAIN=0`\n" in text and "Pretraining" not in text
