@@ -33,6 +33,8 @@ WORD_LM_ORDER ?= 0
 WORD_LM_TEXT ?= $(LM_TEXT)
 WORD_LM_WEIGHT ?= 0.3
 WORD_LM ?= $(DATA)/words_$(WORD_LM_ORDER)gram.arpa
+# CLEAN_MORE: what else `make clean` removes (a recipe's other experiments, e.g. a pretraining run)
+CLEAN_MORE ?=
 
 .PHONY: all prepare tokenizer lm word_lm train average decode score plot clean
 
@@ -85,4 +87,4 @@ $(EXP)/curves.png: $(EXP)/model.pt
 		--attention $$(python3 -c "import json,sys; l=open('$(DATA)/$(TEST).jsonl').readlines(); print(json.loads(l[1])['audio'])")
 
 clean:
-	rm -rf $(DATA) $(EXP)
+	rm -rf $(DATA) $(EXP) $(CLEAN_MORE)

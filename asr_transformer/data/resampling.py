@@ -1,8 +1,9 @@
 """A manifest's audio copied at another sample rate (`asr resample`), e.g. a 16 kHz corpus in an 8 kHz corpus's band.
 
 Each utterance (a segment too) is read at the new rate, band-limited by the resampler, and written as its own
-16-bit FLAC file, `<audio_dir>/<id>.flac` (the id %-quoted where it holds a slash); the new manifest lists those files with everything else unchanged.
-Every file is written atomically and the manifest last, so an interrupted run leaves no manifest behind.
+16-bit FLAC file, `<audio_dir>/<id>.flac` (the id %-quoted where it holds a slash); the new manifest lists those
+files with everything else unchanged. Every file is written atomically and the manifest last, so an interrupted
+run leaves no manifest behind.
 """
 
 from __future__ import annotations
