@@ -33,6 +33,14 @@ def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, wei
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def read_package(path: str | os.PathLike) -> dict:
+    """The verified contents of a model package (config, tokenizer, weights, info); CheckpointError otherwise."""
+    try:
+        return load_checkpoint(path, format=FORMAT)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}. Expected a model package written by `asr average`.") from None
+
+
 def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", precision: str = "fp32"):
     """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error.
 
@@ -42,10 +50,7 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     from asr_transformer.model.asr import ASRModel
 
     precision = check_precision(precision, device)
-    try:
-        state = load_checkpoint(path, format=FORMAT)
-    except CheckpointError as e:
-        raise CheckpointError(f"{e}. Expected a model package written by `asr average`.") from None
+    state = read_package(path)
     cfg = from_dict(state["config"], f"{path}:config")
     tokenizer = Tokenizer.from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     model = ASRModel(cfg.model)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from asr_transformer.package import FORMAT
-from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint
+from asr_transformer.package import read_package
+from asr_transformer.train.checkpoint import CheckpointError
 
 CMVN_BUFFERS = ("cmvn_mean", "cmvn_istd")
 
@@ -31,9 +31,9 @@ def load_pretrained(model: torch.nn.Module, path: str, modules: list[str]) -> li
     mismatch or a prefix that matches nothing.
     """
     try:
-        weights = load_checkpoint(path, format=FORMAT)["weights"]
+        weights = read_package(path)["weights"]
     except CheckpointError as e:
-        raise PretrainedError(f"train.init_from: {e}. Expected a model package written by `asr average`.") from None
+        raise PretrainedError(f"train.init_from: {e}") from None
     own = model.state_dict()
     names = [n for n in own if n not in CMVN_BUFFERS and _under(n, modules)]
     for prefix in modules:
