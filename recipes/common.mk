@@ -35,6 +35,11 @@ WORD_LM_WEIGHT ?= 0.3
 WORD_LM ?= $(DATA)/words_$(WORD_LM_ORDER)gram.arpa
 # CLEAN_MORE: what else `make clean` removes (a recipe's other experiments, e.g. a pretraining run)
 CLEAN_MORE ?=
+# PRETRAINED: a model package whose INIT_MODULES start the training (train.init_from / train.init_modules);
+# training waits for it, so a recipe's pretraining stage can make it. Kept apart from TRAIN_ARGS, which a
+# command line may replace.
+PRETRAINED ?=
+INIT_MODULES ?= encoder
 
 .PHONY: all prepare tokenizer lm word_lm train average decode score plot clean
 
@@ -53,8 +58,9 @@ $(WORD_LM): $(DATA)/tokenizer/tokenizer.json $(WORD_LM_TEXT)
 	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(WORD_LM_TEXT) --tokenizer $(DATA)/tokenizer --order $(WORD_LM_ORDER) --words --out $@
 
 train: $(EXP)/train.done
-$(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF)
-	$(ASR) train --data $(DATA) --train-manifest $(TRAIN_SET).jsonl --exp $(EXP) --config $(CONF) --threads $(THREADS) $(TRAIN_ARGS)
+$(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF) $(PRETRAINED)
+	$(ASR) train --data $(DATA) --train-manifest $(TRAIN_SET).jsonl --exp $(EXP) --config $(CONF) --threads $(THREADS) \
+		$(if $(PRETRAINED),--set train.init_from=$(PRETRAINED) --set 'train.init_modules=[$(INIT_MODULES)]') $(TRAIN_ARGS)
 	touch $@
 
 average: $(EXP)/model.pt

@@ -116,6 +116,8 @@ def test_fsdd_recipe_pretrains_the_encoder_on_kathleen_at_8_khz_unless_told_not_
     assert f"--set train.init_from={pre}/model.pt --set 'train.init_modules=[encoder]'" in steps
     assert steps.index(f"--out {pre}/model.pt") < steps.index("--train-manifest train_tts.jsonl")
     assert f"rm -rf {tmp_path / 'data'} {tmp_path / 'exp/tiny'} {pre}" in planned("clean")
+    steps = planned("TRAIN_ARGS=--set train.seed=2")  # a command line's TRAIN_ARGS keep the pretraining
+    assert f"--set train.init_from={pre}/model.pt --set 'train.init_modules=[encoder]' --set train.seed=2" in steps
     steps = planned("PRETRAIN=0")
     assert "kathleen" not in steps and "init_from" not in steps
 
