@@ -211,7 +211,7 @@ def section(recipe: Path, exp: Path) -> str:
     lines.append(f"- Reproduce: `{reproduce_command(recipe, exp, cfg)}`")
     notes = config_notes(recipe, exp)
     if notes:
-        lines.append(f"- Config (`conf/{exp.name}.yaml`): {notes}")
+        lines.append(f"- Config (`{conf_file(recipe, exp).relative_to(recipe).as_posix()}`): {notes}")
     blocks = (f"Conformer blocks (conv kernel {m['conv_kernel']})" if m.get("conv_kernel", 0) > 0
               else f"Transformer blocks ({'pre' if m['pre_norm'] else 'post'}-LN)")
     lines.append(f"- Model: {m['encoder_layers']} encoder / {m['decoder_layers']} decoder blocks, {blocks}, "
@@ -225,7 +225,8 @@ def section(recipe: Path, exp: Path) -> str:
         pre_exp = (recipe / init).parent
         pre_log, pre_cfg = read_log(pre_exp), yaml.safe_load((pre_exp / "config.yaml").read_text())
         taken = ", ".join(t.get("init_modules") or []) or "all"
-        lines.append(f"- Pretraining (`conf/{pre_exp.name}.yaml`, vocabulary {pre_cfg['model']['vocab_size']}; this model "
+        pre_conf = conf_file(recipe, pre_exp).relative_to(recipe).as_posix()
+        lines.append(f"- Pretraining (`{pre_conf}`, vocabulary {pre_cfg['model']['vocab_size']}; this model "
                      f"starts from its {taken} in `{init}`): {training_summary(pre_log, pre_cfg['train'])}")
     model_info = exp / "model.pt"
     lines.append(f"- Package: `{model_info.relative_to(recipe)}` (`asr average`)")
