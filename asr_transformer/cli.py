@@ -24,7 +24,7 @@ app.add_typer(prepare_app, name="prepare")
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
 LM_HELP = "ARPA n-gram LM over the model's tokens (from `asr lm`), fused in the beam, joint and rescore modes."
 WORD_LM_HELP = ("ARPA word n-gram LM (from `asr lm --words`), added where a word ends in the beam, joint and rescore "
-                "modes; with or without --lm.")
+                "modes; with or without --lm. A phone model then spells only the LM's words that its lexicon has.")
 PRECISION_HELP = ("Encoder precision: fp32, bf16 (about 2× faster encoding on CPUs with AMX, and on GPUs; "
                   "slower than fp32 on CPUs without AMX), fp16 (CUDA only) or auto (bf16 where it is fast); "
                   "the decoder always runs in fp32.")
@@ -249,18 +249,36 @@ def tokenizer(
     manifest: Path = typer.Argument(..., help="Training manifest whose texts train the tokenizer."),
     out: Path = typer.Option(..., "--out", "-o", help="Tokenizer directory to write."),
     vocab_size: int = typer.Option(300, help="Vocabulary size (ignored for char)."),
-    model_type: str = typer.Option("unigram", help="unigram, bpe or char."),
+    model_type: str = typer.Option("unigram", help="unigram, bpe, char, or phone (needs --lexicon)."),
+    lexicon: Optional[Path] = typer.Option(None, help="phone: a pronunciation lexicon in CMUdict's format."),
     lowercase: bool = typer.Option(True, help="Lower-case text."),
     remove_punctuation: bool = typer.Option(True, help="Drop punctuation (apostrophes inside words stay)."),
 ):
-    """Train a sentencepiece tokenizer (fixed ids: 0 blank, 1 unk, 2 sos, 3 eos, 4 mask)."""
+    """Train a sentencepiece tokenizer, or write a phone one from a lexicon (fixed ids: 0 blank, 1 unk, 2 sos,
+    3 eos, 4 mask)."""
+    from asr_transformer.data.lexicon import LexiconError
     from asr_transformer.data.manifest import read_manifest
+    from asr_transformer.data.phones import train_phone_tokenizer
     from asr_transformer.data.tokenizer import train_tokenizer
     from asr_transformer.text import NormalizerConfig
 
+    if (model_type == "phone") != (lexicon is not None):
+        _fail("--lexicon goes with --model-type phone, and a phone tokenizer needs one")
     utts = read_manifest(manifest)
-    tok = train_tokenizer([u.text for u in utts], out, vocab_size=vocab_size, model_type=model_type,
-                          normalizer=NormalizerConfig(lowercase=lowercase, remove_punctuation=remove_punctuation))
+    normalizer = NormalizerConfig(lowercase=lowercase, remove_punctuation=remove_punctuation)
+    if model_type == "phone":
+        try:
+            tok, unknown = train_phone_tokenizer([u.text for u in utts], out, lexicon, normalizer)
+        except (LexiconError, OSError, UnicodeDecodeError, ValueError) as e:
+            _fail(f"--lexicon: {e}" if isinstance(e, OSError) else str(e))
+        if unknown:
+            listed = ", ".join(w for w, _ in unknown.most_common(10))
+            typer.echo(f"{len(unknown)} words of the transcripts ({sum(unknown.values())} in all) have no "
+                       f"pronunciation in {lexicon}: {listed}{', ...' if len(unknown) > 10 else ''}; "
+                       "training leaves their utterances out")
+    else:
+        tok = train_tokenizer([u.text for u in utts], out, vocab_size=vocab_size, model_type=model_type,
+                              normalizer=normalizer)
     typer.echo(f"{out}: {tok.model_type} tokenizer, {tok.vocab_size} tokens from {len(utts)} transcripts")
 
 
@@ -275,14 +293,14 @@ def lm_(
 ):
     """Train an n-gram LM (interpolated Kneser-Ney) for shallow fusion in decoding (--lm, or --word-lm with --words)."""
     from asr_transformer.data.manifest import ManifestError, read_manifest
-    from asr_transformer.data.tokenizer import Tokenizer
+    from asr_transformer.data.tokenizer import load_tokenizer
     from asr_transformer.decode.ngram import train_ngram
     from asr_transformer.model.tokens import SPECIAL_TOKENS
 
     if order < 1:
         _fail(f"--order {order}: must be at least 1")
     try:
-        tok = Tokenizer(tokenizer_dir)
+        tok = load_tokenizer(tokenizer_dir)
     except (OSError, ValueError) as e:
         _fail(str(e))
     sentences = []

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from asr_transformer.config import Config, from_dict, to_dict
-from asr_transformer.data.tokenizer import Tokenizer
+from asr_transformer.data.tokenizer import Tokenizer, tokenizer_from_bytes
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 FORMAT = "asr-model"
@@ -52,7 +52,7 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     precision = check_precision(precision, device)
     state = read_package(path)
     cfg = from_dict(state["config"], f"{path}:config")
-    tokenizer = Tokenizer.from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+    tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     model = ASRModel(cfg.model)
     model.load_state_dict(state["weights"])
     model.to(device).eval()
@@ -121,7 +121,7 @@ def average_checkpoints(exp: str | os.PathLike, out: str | os.PathLike, best: in
     reference = chosen[0][1]["weights"]
     averaged = {k: v.to(reference[k].dtype) for k, v in averaged.items()}
     cfg = from_dict(chosen[0][1]["config"])
-    tokenizer = Tokenizer.from_bytes(chosen[0][1]["tokenizer_model"].numpy().tobytes(), chosen[0][1]["tokenizer_meta"])
+    tokenizer = tokenizer_from_bytes(chosen[0][1]["tokenizer_model"].numpy().tobytes(), chosen[0][1]["tokenizer_meta"])
     info = {"averaged": [p.name for p, _ in chosen], "by": "last" if last > 0 else by,
             "metrics": [s["metrics"] for _, s in chosen]}
     save_package(out, cfg, tokenizer, averaged, info)

@@ -343,7 +343,7 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, 
     import torch
 
     from asr_transformer.data.features import fbank
-    from asr_transformer.decode.search import recognize
+    from asr_transformer.decode.search import LM_MODES, recognize, transcriber
 
     feats = []
     for s in segments:
@@ -357,12 +357,13 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, 
             speaker.add(f)
         speaker_mean = torch.from_numpy(speaker.mean()).float().to(device).expand(len(feats), -1)
     hyps = recognize(model, padded, lens, opts, lm=lm, speaker_mean=speaker_mean)
+    text_of = transcriber(tokenizer, lm if opts.mode in LM_MODES else None)
     out = []
     for s, nbest in zip(segments, hyps):
         if not nbest:
             continue
         best = nbest[0]
-        text = " ".join(tokenizer.decode(best.tokens).split())
+        text = " ".join(text_of(best.tokens).split())
         if not text:
             continue
         score = float(best.score)

@@ -24,6 +24,7 @@ from asr_transformer.data.features import (add_noise, fbank, num_frames, random_
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.model.embedding import subsampled_length
+from asr_transformer.model.tokens import UNK
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +100,12 @@ class FilterCounts:
     too_long: int = 0
     unalignable: int = 0  # fewer subsampled frames than tokens: CTC cannot align
     empty_text: int = 0
+    unpronounceable: int = 0  # a phone tokenizer's lexicon lacks one of the words
 
     def summary(self) -> str:
         return (f"kept {self.kept}, dropped {self.too_short} too short, {self.too_long} too long, "
-                f"{self.unalignable} with more tokens than frames, {self.empty_text} with empty text")
+                f"{self.unalignable} with more tokens than frames, {self.empty_text} with empty text"
+                + (f", {self.unpronounceable} with a word outside the lexicon" if self.unpronounceable else ""))
 
 
 def filter_utterances(
@@ -123,6 +126,9 @@ def filter_utterances(
         ids = tokenizer.encode(utt.text)
         if not ids:
             counts.empty_text += 1
+            continue
+        if tokenizer.model_type == "phone" and UNK in ids:
+            counts.unpronounceable += 1
             continue
         frames = num_frames(int(utt.duration / fastest * features.sample_rate), features)
         if subsampled_length(frames, subsampling) < len(ids):

@@ -1,5 +1,7 @@
 """sentencepiece tokenizer with fixed special ids and the project's text normalizer.
 
+`load_tokenizer` and `tokenizer_from_bytes` also read the other kind, phones (data/phones.py).
+
 Ids 0-4 are reserved and the same for every model: 0 ``<blank>`` (CTC blank, also padding),
 1 ``<unk>``, 2 ``<sos>`` (BEGIN), 3 ``<eos>`` (END), 4 ``<mask>`` (Mask-CTC). A tokenizer is a
 directory holding ``tokenizer.model`` (sentencepiece) and ``tokenizer.json`` (format version,
@@ -25,6 +27,31 @@ VERSION = 1
 MODEL_TYPES = ("unigram", "bpe", "char")
 
 
+def load_tokenizer(directory: str | os.PathLike):
+    """The tokenizer in `directory`: a `Tokenizer` (sentencepiece) or a `PhoneTokenizer` (data/phones.py)."""
+    meta_path = Path(directory) / "tokenizer.json"
+    if meta_path.exists() and read_json(meta_path).get("model_type") == "phone":
+        from asr_transformer.data.phones import PhoneTokenizer
+
+        return PhoneTokenizer.load(directory, _checked(read_json(meta_path), meta_path))
+    return Tokenizer(directory)
+
+
+def tokenizer_from_bytes(model_bytes: bytes, meta: dict):
+    """Rebuild either kind of tokenizer from what a model package stores."""
+    if meta.get("model_type") == "phone":
+        from asr_transformer.data.phones import PhoneTokenizer
+
+        return PhoneTokenizer.from_bytes(model_bytes, meta)
+    return Tokenizer.from_bytes(model_bytes, meta)
+
+
+def _checked(meta: dict, where) -> dict:
+    if meta.get("format") != FORMAT or meta.get("version", 0) > VERSION:
+        raise ValueError(f"{where}: not a tokenizer of a version this toolkit reads")
+    return meta
+
+
 class Tokenizer:
     """Text ↔ token ids; applies the normalizer before encoding."""
 
@@ -33,9 +60,7 @@ class Tokenizer:
         meta_path = directory / "tokenizer.json"
         if not meta_path.exists():
             raise FileNotFoundError(f"{directory}: no tokenizer.json here; train one with `asr tokenizer`")
-        meta = read_json(meta_path)
-        if meta.get("format") != FORMAT or meta.get("version", 0) > VERSION:
-            raise ValueError(f"{meta_path}: not a tokenizer of a version this toolkit reads")
+        meta = _checked(read_json(meta_path), meta_path)
         self.directory = directory
         self.model_type = meta["model_type"]
         self.normalizer = NormalizerConfig(**meta["normalizer"])

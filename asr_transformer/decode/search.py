@@ -34,7 +34,8 @@ from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.model.tokens import EOS, IGNORE_ID, PAD, SOS
 
-__all__ = ["MODES", "Hypothesis", "recognize", "decode_manifest", "attention_scores", "check_modes", "load_fusion_lm"]
+__all__ = ["MODES", "Hypothesis", "recognize", "decode_manifest", "attention_scores", "check_modes", "load_fusion_lm",
+           "transcriber"]
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
 LM_MODES = ("beam", "joint", "rescore")  # the modes an n-gram LM takes part in
@@ -167,7 +168,8 @@ def load_lm(path: str | os.PathLike, tokenizer):
 def load_fusion_lm(tokenizer, lm: str | os.PathLike | None, lm_weight: float,
                    word_lm: str | os.PathLike | None = None, word_lm_weight: float = 0.0):
     """The LM to fuse and the weight to fuse it with: (None, β) without any; (NgramLM, β) with `lm` alone; with
-    `word_lm` (an `asr lm --words` ARPA) a WordBoundaryLM that applies both weights itself, with weight 1."""
+    `word_lm` (an `asr lm --words` ARPA) a WordBoundaryLM that applies both weights itself, with weight 1 — for a
+    phone model a LexiconLM, which also keeps the search to the words of the word LM."""
     from asr_transformer.decode.ngram import NgramError, NgramLM
     from asr_transformer.decode.word_lm import WORD_START, WordBoundaryLM
 
@@ -181,8 +183,17 @@ def load_fusion_lm(tokenizer, lm: str | os.PathLike | None, lm_weight: float,
     if any(w.startswith(WORD_START) for w in words.words):
         raise DecodeError(f"--word-lm {word_lm}: its words are a tokenizer's pieces; train a word LM with "
                           "`asr lm --words` (or pass this one as --lm)")
+    if tokenizer.model_type == "phone":
+        from asr_transformer.decode.lexicon_lm import LexiconLM
+
+        return LexiconLM(tokenizer, words, word_lm_weight, token_lm, lm_weight), 1.0
     return WordBoundaryLM(tokenizer.pieces(range(tokenizer.vocab_size)), words, word_lm_weight, token_lm,
                           lm_weight), 1.0
+
+
+def transcriber(tokenizer, lm=None):
+    """tokens → text: the tokenizer's decoding, or a LexiconLM's words (the homophones it chose) when it took part."""
+    return getattr(lm, "transcript", None) or tokenizer.decode
 
 
 def _pick_device(device: str) -> torch.device:
@@ -290,12 +301,13 @@ def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10,
         d = Path(out) if len(modes) == 1 else Path(out) / m
         d.mkdir(parents=True, exist_ok=True)
         records = []
+        text_of = transcriber(tokenizer, ngram if m in LM_MODES else None)
         for i, u in enumerate(utts):
             hyps = results[m][i]
-            rec = {"id": u.id, "text": tokenizer.decode(hyps[0].tokens), "ref": u.text, "tokens": hyps[0].tokens,
+            rec = {"id": u.id, "text": text_of(hyps[0].tokens), "ref": u.text, "tokens": hyps[0].tokens,
                    "score": hyps[0].score}
             if base.nbest > 1:
-                rec["nbest"] = [{"text": tokenizer.decode(h.tokens), "tokens": h.tokens, "score": h.score} for h in hyps]
+                rec["nbest"] = [{"text": text_of(h.tokens), "tokens": h.tokens, "score": h.score} for h in hyps]
             records.append(rec)
         with atomic_open(d / "hyp.jsonl") as f:
             for rec in records:

@@ -28,7 +28,7 @@ from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, fi
                                          utterance_frames)
 from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
-from asr_transformer.data.tokenizer import Tokenizer
+from asr_transformer.data.tokenizer import Tokenizer, load_tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.package import resolve_precision
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
@@ -203,7 +203,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     for m in (train_manifest, dev_manifest):
         if not Path(m).exists():
             raise TrainError(f"{m}: manifest not found; make it with `asr prepare`")
-    tokenizer = Tokenizer(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     cfg.model.vocab_size = tokenizer.vocab_size
     cfg.model.input_dim = cfg.features.num_mel_bins
     tc = cfg.train
