@@ -7,6 +7,11 @@ DATA    ?= data
 EXP     ?= exp/small
 CONF    ?= conf/small.yaml
 UNIT    ?= unigram
+# TOKENIZER: where the tokenizer is written (a recipe with two kinds of units keeps one folder for each)
+TOKENIZER ?= $(DATA)/tokenizer
+# UNIT=phone: the units are phones, from the pronunciation lexicon LEXICON (CMUdict's format); the word LM's
+# decoding then spells only words with a pronunciation there (decode/lexicon_lm.py)
+LEXICON ?=
 VOCAB   ?= 256
 MODES   ?= greedy,beam,joint,ctc,maskctc,rescore
 BEAM    ?= 10
@@ -27,8 +32,8 @@ LM_LENGTH_PENALTY ?= 0.0
 LM_MODES ?= joint
 LM_BEAM ?= $(BEAM)
 LM      ?= $(DATA)/lm_$(LM_ORDER)gram.arpa
-# WORD_LM_ORDER > 0 (with LM_ORDER > 0): also a word n-gram LM of that order (`asr lm --words`) on the training
-# texts and WORD_LM_TEXT, added where a word ends with weight WORD_LM_WEIGHT in that same LM decoding.
+# WORD_LM_ORDER > 0: also (or, with LM_ORDER 0, only) a word n-gram LM of that order (`asr lm --words`) on the
+# training texts and WORD_LM_TEXT, added where a word ends with weight WORD_LM_WEIGHT in that same LM decoding.
 WORD_LM_ORDER ?= 0
 WORD_LM_TEXT ?= $(LM_TEXT)
 WORD_LM_WEIGHT ?= 0.3
@@ -45,21 +50,22 @@ INIT_MODULES ?= encoder
 
 prepare: $(DATA)/summary.json
 
-tokenizer: $(DATA)/tokenizer/tokenizer.json
-$(DATA)/tokenizer/tokenizer.json: $(DATA)/summary.json
-	$(ASR) tokenizer $(DATA)/train.jsonl --out $(DATA)/tokenizer --model-type $(UNIT) --vocab-size $(VOCAB)
+tokenizer: $(TOKENIZER)/tokenizer.json
+$(TOKENIZER)/tokenizer.json: $(DATA)/summary.json $(if $(filter phone,$(UNIT)),$(LEXICON))
+	$(ASR) tokenizer $(DATA)/train.jsonl --out $(TOKENIZER) --model-type $(UNIT) --vocab-size $(VOCAB) \
+		$(if $(filter phone,$(UNIT)),--lexicon $(LEXICON))
 
 lm: $(LM)
-$(LM): $(DATA)/tokenizer/tokenizer.json $(LM_TEXT)
-	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(LM_TEXT) --tokenizer $(DATA)/tokenizer --order $(LM_ORDER) --out $@
+$(LM): $(TOKENIZER)/tokenizer.json $(LM_TEXT)
+	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(LM_TEXT) --tokenizer $(TOKENIZER) --order $(LM_ORDER) --out $@
 
 word_lm: $(WORD_LM)
-$(WORD_LM): $(DATA)/tokenizer/tokenizer.json $(WORD_LM_TEXT)
-	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(WORD_LM_TEXT) --tokenizer $(DATA)/tokenizer --order $(WORD_LM_ORDER) --words --out $@
+$(WORD_LM): $(TOKENIZER)/tokenizer.json $(WORD_LM_TEXT)
+	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(WORD_LM_TEXT) --tokenizer $(TOKENIZER) --order $(WORD_LM_ORDER) --words --out $@
 
 train: $(EXP)/train.done
-$(EXP)/train.done: $(DATA)/tokenizer/tokenizer.json $(CONF) $(PRETRAINED)
-	$(ASR) train --data $(DATA) --train-manifest $(TRAIN_SET).jsonl --exp $(EXP) --config $(CONF) --threads $(THREADS) \
+$(EXP)/train.done: $(TOKENIZER)/tokenizer.json $(CONF) $(PRETRAINED)
+	$(ASR) train --data $(DATA) --tokenizer $(TOKENIZER) --train-manifest $(TRAIN_SET).jsonl --exp $(EXP) --config $(CONF) --threads $(THREADS) \
 		$(if $(PRETRAINED),--set train.init_from=$(PRETRAINED) --set 'train.init_modules=[$(INIT_MODULES)]') $(TRAIN_ARGS)
 	touch $@
 
@@ -73,11 +79,12 @@ $(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
 		--out $(EXP)/decode_$(TEST) --no-score
 	touch $@
 
-ifneq ($(LM_ORDER),0)
+ifneq ($(LM_ORDER)$(WORD_LM_ORDER),00)
 decode: $(EXP)/decode_$(TEST)_lm/done
-$(EXP)/decode_$(TEST)_lm/done: $(EXP)/model.pt $(LM) $(if $(filter-out 0,$(WORD_LM_ORDER)),$(WORD_LM))
+$(EXP)/decode_$(TEST)_lm/done: $(EXP)/model.pt $(if $(filter-out 0,$(LM_ORDER)),$(LM)) \
+		$(if $(filter-out 0,$(WORD_LM_ORDER)),$(WORD_LM))
 	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
-		--lm $(LM) --lm-weight $(LM_WEIGHT) --length-penalty $(LM_LENGTH_PENALTY) --threads $(THREADS) \
+		$(if $(filter-out 0,$(LM_ORDER)),--lm $(LM) --lm-weight $(LM_WEIGHT)) --length-penalty $(LM_LENGTH_PENALTY) --threads $(THREADS) \
 		$(if $(filter-out 0,$(WORD_LM_ORDER)),--word-lm $(WORD_LM) --word-lm-weight $(WORD_LM_WEIGHT)) \
 		--out $(EXP)/decode_$(TEST)_lm --no-score
 	touch $@
@@ -85,7 +92,7 @@ endif
 
 score: decode
 	$(ASR) score $(EXP)/decode_$(TEST)
-	$(if $(filter-out 0,$(LM_ORDER)),$(ASR) score $(EXP)/decode_$(TEST)_lm)
+	$(if $(filter-out 00,$(LM_ORDER)$(WORD_LM_ORDER)),$(ASR) score $(EXP)/decode_$(TEST)_lm)
 
 plot: $(EXP)/curves.png
 $(EXP)/curves.png: $(EXP)/model.pt
@@ -94,3 +101,7 @@ $(EXP)/curves.png: $(EXP)/model.pt
 
 clean:
 	rm -rf $(DATA) $(EXP) $(CLEAN_MORE)
+
+# `make print-VAR`: the value make gives VAR here (recipes/results.py reads the defaults so)
+print-%:
+	@echo '$($*)'

@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,25 +70,36 @@ def decode_rows(decode_dir: Path) -> list[str]:
         result = json.loads((d / "result.json").read_text())
         rtf = json.loads((d / "rtf.json").read_text()) if (d / "rtf.json").exists() else {}
         mode = rtf.get("mode", d.name)
+        options = rtf.get("options", {})
         if rtf.get("lm"):
-            options = rtf.get("options", {})
             mode += (f" + {rtf.get('lm_order', '?')}-gram LM `{Path(rtf['lm']).name}` (beam {options.get('beam')}, "
                      f"weight {options.get('lm_weight'):g}, length bonus {options.get('length_penalty', 0.0):g})")
             if rtf.get("word_lm"):
                 mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` "
                          f"(weight {rtf.get('word_lm_weight'):g})")
+        elif rtf.get("word_lm"):
+            mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` (beam "
+                     f"{options.get('beam')}, weight {rtf.get('word_lm_weight'):g}, length bonus "
+                     f"{options.get('length_penalty', 0.0):g})")
         rows.append(f"| {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {100 * result['ser']:.2f} | "
                     f"{rtf.get('rtf', float('nan')):.4f} | {rtf.get('threads', '')} |")
     return rows
 
 
-def makefile_default(recipe: Path, variable: str) -> str | None:
-    """The whole `VAR ?= a b c` default value of a recipe's Makefile (or common.mk's), or None."""
-    for makefile in (recipe / "Makefile", recipe.parent / "common.mk"):
-        match = re.search(rf"^{variable}\s*\?=\s*(.+)$", makefile.read_text(), re.MULTILINE)
-        if match:
-            return match.group(1).strip()
-    return None
+def makefile_default(recipe: Path, variable: str, conf: str | None = None) -> str | None:
+    """The value a recipe's Makefile gives `variable` by default (with CONF=conf, for defaults that follow the
+    conf), as make evaluates it (common.mk's `print-VAR`); None when it is empty or undefined."""
+    command = ["make", "-s", "--no-print-directory", "-C", str(recipe), f"print-{variable}"]
+    value = subprocess.run(command + ([f"CONF={conf}"] if conf else []), capture_output=True, text=True,
+                           check=True).stdout.strip()
+    return value or None
+
+
+def unit(exp: Path) -> str:
+    """The units of an experiment's model package: its tokenizer's type (unigram, bpe, char or phone)."""
+    from asr_transformer.package import read_package
+
+    return read_package(exp / "model.pt")["tokenizer_meta"]["model_type"]
 
 
 RUNTIME_KEYS = {("model", "vocab_size"), ("model", "input_dim")}  # filled in by `asr train`, not configured
@@ -133,31 +145,38 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
     from the defaults."""
     name = exp.relative_to(recipe).as_posix()
     conf = conf_file(recipe, exp).relative_to(recipe).as_posix()
-    args = [] if makefile_default(recipe, "EXP") == name else [f"CONF={conf}", f"EXP={name}"]
+
+    def default(variable: str) -> str | None:
+        return makefile_default(recipe, variable, conf)
+
+    args = [] if default("EXP") == name else [f"CONF={conf}", f"EXP={name}"]
+    if (default("UNIT") or "unigram") != unit(exp):
+        args.append(f"UNIT={unit(exp)}")
     average = averaging(exp)
-    if average and average != makefile_default(recipe, "AVERAGE"):
+    if average and average != default("AVERAGE"):
         args.append(f'AVERAGE="{average}"')
     plain, with_lm = decode_runs(exp, lm=False), decode_runs(exp, lm=True)
     weights = {run.get("options", {}).get("ctc_weight") for run in plain + with_lm} - {None}
-    if len(weights) == 1 and float(next(iter(weights))) != float(makefile_default(recipe, "CTC_WEIGHT")):
+    if len(weights) == 1 and float(next(iter(weights))) != float(default("CTC_WEIGHT")):
         args.append(f"CTC_WEIGHT={next(iter(weights))}")
     beams = {run.get("options", {}).get("beam") for run in plain} - {None}
-    default_beam = _number(makefile_default(recipe, "BEAM"))
+    default_beam = _number(default("BEAM"))
     beam = next(iter(beams)) if len(beams) == 1 else default_beam
     if beam != default_beam:
         args.append(f"BEAM={beam}")
     for run in with_lm:  # the LM decoding's settings
         options = run.get("options", {})
-        for variable, value in (("LM_ORDER", run.get("lm_order")), ("LM_WEIGHT", options.get("lm_weight")),
+        token_lm = run.get("lm_order") is not None
+        for variable, value in (("LM_ORDER", run.get("lm_order") or 0),
+                                ("LM_WEIGHT", options.get("lm_weight") if token_lm else None),
                                 ("LM_LENGTH_PENALTY", options.get("length_penalty")), ("LM_MODES", run.get("mode")),
                                 ("LM_BEAM", options.get("beam")), ("WORD_LM_ORDER", run.get("word_lm_order") or 0),
                                 ("WORD_LM_WEIGHT", run.get("word_lm_weight"))):
-            default = makefile_default(recipe, variable)
-            default = str(beam) if default == "$(BEAM)" else default  # LM_BEAM defaults to BEAM
-            same = default == str(value) or (variable != "LM_MODES" and _number(default) == _number(value))
+            planned = default(variable)
+            same = planned == str(value) or (variable != "LM_MODES" and _number(planned) == _number(value))
             if value is not None and not same and f"{variable}=" not in " ".join(args):
                 args.append(f"{variable}={value:g}" if isinstance(value, float) else f"{variable}={value}")
-    pretrain = makefile_default(recipe, "PRETRAIN")
+    pretrain = default("PRETRAIN")
     if pretrain is not None and (pretrain == "1") != bool(ran.get("train", {}).get("init_from")):
         args.append(f"PRETRAIN={0 if pretrain == '1' else 1}")
     overrides = config_overrides(recipe, exp, ran)

@@ -85,9 +85,9 @@ def test_fsdd_recipe_adds_synthetic_digits_to_training_unless_told_not_to(tmp_pa
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told_not_to(tmp_path):
-    def planned(*args):
+    def planned(*args):  # the character model's LM
         return make_plan("kathleen", f"DATA={tmp_path / 'data'}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen",
-                         "lm", *args)
+                         "CONF=conf/conformer.yaml", "lm", *args)
 
     data = tmp_path / "data"
     steps = planned()
@@ -97,6 +97,26 @@ def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told
     assert f"--debs /mirror/debs --out {data}/english_text.txt" in planned("DEBS=/mirror/debs")
     steps = planned("ENGLISH_TEXT=0")
     assert "english_text" not in steps and f"--out {data}/lm_8gram_words1000000.arpa" in steps
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_kathleen_recipe_spells_words_through_the_cmu_lexicon_with_phones_and_keeps_characters_elsewhere(tmp_path):
+    def planned(*args):
+        steps = make_plan("kathleen", f"DATA={data}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen", *args)
+        return " ".join(steps.replace("\\\n", " ").split())  # continuation lines joined
+
+    data = tmp_path / "data"
+    steps = planned()
+    assert f"local/cmu_lexicon.py --out {data}/cmudict.dict" in steps
+    assert (f"asr tokenizer {data}/train.jsonl --out {data}/tokenizer_phone --model-type phone --vocab-size 256 "
+            f"--lexicon {data}/cmudict.dict") in steps
+    assert f"--tokenizer {data}/tokenizer_phone --train-manifest train.jsonl" in steps and "--config conf/phone.yaml" in steps
+    lm_decode = steps[steps.index("--mode joint --beam 20"):]
+    assert "--lm " not in lm_decode and f"--word-lm {data}/words_4gram_text.arpa --word-lm-weight" in lm_decode
+    assert "english_words" not in steps  # the random words feed the character LM only
+    steps = planned("CONF=conf/conformer.yaml")
+    assert f"--out {data}/tokenizer --model-type char" in steps and "cmudict" not in steps
+    assert f"--lm {data}/lm_8gram_words1000000_text.arpa --lm-weight 0.4 --length-penalty 1.5" in steps
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -146,7 +166,7 @@ def test_results_report_the_pretraining_a_model_started_from(tiny_package, tmp_p
     recipe = tmp_path / "recipes/demo"
     (recipe / "conf").mkdir(parents=True)
     shutil.copy(ROOT / "recipes/common.mk", recipe.parent)
-    (recipe / "Makefile").write_text("EXP ?= exp/tiny\nPRETRAIN ?= 1\ninclude ../common.mk\n")
+    (recipe / "Makefile").write_text("EXP ?= exp/tiny\nPRETRAIN ?= 1\nUNIT ?= char\ninclude ../common.mk\n")
     configs = {}
     for name, vocab, minutes in (("tiny", 64, 8.5), ("pretrain", 33, 13.9)):
         (recipe / f"conf/{name}.yaml").write_text("model:\n  preset: tiny\n")
@@ -168,3 +188,6 @@ def test_results_report_the_pretraining_a_model_started_from(tiny_package, tmp_p
     (recipe / "exp/tiny/config.yaml").write_text(yaml.safe_dump(configs["tiny"]))
     text = results.section(recipe, recipe / "exp/tiny")
     assert "- Reproduce: `make -C recipes/demo PRETRAIN=0`\n" in text and "Pretraining" not in text
+    # units other than the Makefile's (read as make evaluates it) are named
+    (recipe / "Makefile").write_text("EXP ?= exp/tiny\nPRETRAIN ?= 1\nUNIT ?= $(if $(CONF),bpe)\ninclude ../common.mk\n")
+    assert "- Reproduce: `make -C recipes/demo UNIT=char PRETRAIN=0`\n" in results.section(recipe, recipe / "exp/tiny")
