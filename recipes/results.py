@@ -86,13 +86,11 @@ def decode_rows(decode_dir: Path) -> list[str]:
     return rows
 
 
-def makefile_default(recipe: Path, variable: str, conf: str | None = None) -> str | None:
-    """The value a recipe's Makefile gives `variable` by default (with CONF=conf, for defaults that follow the
-    conf), as make evaluates it (common.mk's `print-VAR`); None when it is empty or undefined."""
-    command = ["make", "-s", "--no-print-directory", "-C", str(recipe), f"print-{variable}"]
-    value = subprocess.run(command + ([f"CONF={conf}"] if conf else []), capture_output=True, text=True,
-                           check=True).stdout.strip()
-    return value or None
+def makefile_default(recipe: Path, variable: str, *assignments: str) -> str | None:
+    """The value a recipe's Makefile gives `variable` by default, or given `assignments` (e.g. "CONF=…", for
+    defaults that follow another variable), as make evaluates it (common.mk's `print-VAR`); None when empty."""
+    command = ["make", "-s", "--no-print-directory", "-C", str(recipe), f"print-{variable}", *assignments]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip() or None
 
 
 def unit(exp: Path) -> str:
@@ -146,8 +144,10 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
     name = exp.relative_to(recipe).as_posix()
     conf = conf_file(recipe, exp).relative_to(recipe).as_posix()
 
-    def default(variable: str) -> str | None:
-        return makefile_default(recipe, variable, conf)
+    beam = None  # the run's beam, once known: LM_BEAM defaults to BEAM
+
+    def default(variable: str) -> str | None:  # given the run's conf (and beam)
+        return makefile_default(recipe, variable, f"CONF={conf}", *([f"BEAM={beam}"] if beam is not None else []))
 
     args = [] if default("EXP") == name else [f"CONF={conf}", f"EXP={name}"]
     if (default("UNIT") or "unigram") != unit(exp):

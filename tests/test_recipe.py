@@ -111,7 +111,7 @@ def test_kathleen_recipe_spells_words_through_the_cmu_lexicon_with_phones_and_ke
     assert (f"asr tokenizer {data}/train.jsonl --out {data}/tokenizer_phone --model-type phone --vocab-size 256 "
             f"--lexicon {data}/cmudict.dict") in steps
     assert f"--tokenizer {data}/tokenizer_phone --train-manifest train.jsonl" in steps and "--config conf/phone.yaml" in steps
-    lm_decode = steps[steps.index("--mode joint --beam 20"):]
+    lm_decode = steps[steps.index("--mode joint --beam 30"):]
     assert "--lm " not in lm_decode and f"--word-lm {data}/words_4gram_text.arpa --word-lm-weight" in lm_decode
     assert "english_words" not in steps  # the random words feed the character LM only
     steps = planned("CONF=conf/conformer.yaml")
