@@ -4,9 +4,10 @@ A phone model (data/phones.py) emits ``▁`` before each word and then its phone
 hypothesis, the words it has finished and where its current word stands in a prefix tree of the lexicon's
 pronunciations (those of the word LM's words). A phone is allowed only where it continues some pronunciation;
 ``▁`` and <eos> only where a pronunciation ends, and they gain  γ·log p_word(w | the words before it)  for the
-best word w with that pronunciation (homophones: the LM's choice in that context), <eos> also
+best word w with that pronunciation (homophones: the LM's choice after the words before), <eos> also
 γ·log p_word(</s> | …). So the search only ever spells words of the lexicon — the LM's vocabulary — and the
-word LM ranks them, as lexicon-based CTC decoders (wav2letter, Kaldi's TLG) do. A phone n-gram LM over the
+word LM ranks them, as lexicon-based CTC decoders (wav2letter, Kaldi's TLG) do. The one exception is a last
+resort: <eos> inside a word costs NO_WORD, so that a search held to its length limit mid-word still ends. A phone n-gram LM over the
 model's tokens, when given, adds β·log p_token of every token.
 
 It offers the interface the decoders use for an LM (`next_log_probs`, `sentence_log_prob`) with the weights
@@ -136,8 +137,8 @@ class LexiconLM:
         return total
 
     def transcript(self, tokens: Sequence[int]) -> str:
-        """The words of a hypothesis, each homophone as this LM chose it; phones that spell no word of the LM
-        (only a search cut short ends so) as the tokenizer writes them."""
+        """The words of a hypothesis, each homophone as this LM chose it; phones that spell no word of the LM (a
+        search cut short, or a rescored CTC n-best entry outside the lexicon) as the tokenizer writes them."""
         tokens = [t for t in map(int, tokens) if t > MASK]
         done, _ = self._walk((SOS, *tokens, self.word_start))
         chunks, current = [], []
