@@ -150,8 +150,9 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
         return makefile_default(recipe, variable, f"CONF={conf}", *([f"BEAM={beam}"] if beam is not None else []))
 
     args = [] if default("EXP") == name else [f"CONF={conf}", f"EXP={name}"]
-    if (default("UNIT") or "unigram") != unit(exp):
-        args.append(f"UNIT={unit(exp)}")
+    units = unit(exp)
+    if (default("UNIT") or "unigram") != units:
+        args.append(f"UNIT={units}")
     average = averaging(exp)
     if average and average != default("AVERAGE"):
         args.append(f'AVERAGE="{average}"')

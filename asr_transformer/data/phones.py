@@ -81,14 +81,23 @@ class PhoneTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids → words; special ids are dropped, a phone sequence no word has is written in capitals."""
+        return " ".join(self.word(phones) for phones in self.split_words(ids))
+
+    def split_words(self, ids: Iterable[int]) -> list[list[int]]:
+        """Ids → the phone ids of each word (split at ``▁``; special ids dropped, empty words skipped)."""
         words, current = [], []
         for i in [*(int(i) for i in ids if int(i) > MASK), self.word_start]:
             if i != self.word_start:
-                current.append(self._pieces[i])
+                current.append(i)
             elif current:
-                words.append(self.word_of.get(tuple(current)) or "".join(current).upper())
+                words.append(current)
                 current = []
-        return " ".join(words)
+        return words
+
+    def word(self, phones: list[int]) -> str:
+        """One word's phone ids → the lexicon's word with that pronunciation, or the phones in capitals."""
+        pron = tuple(self._pieces[i] for i in phones)
+        return self.word_of.get(pron) or "".join(pron).upper()
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self._pieces[int(i)] for i in ids]
@@ -105,7 +114,6 @@ def train_phone_tokenizer(texts: Iterable[str], out_dir: str | os.PathLike, lexi
     counts = Counter(w for t in texts for w in normalize(t, normalizer).split())
     if not counts:
         raise ValueError("tokenizer: no text to train on (all transcripts empty after normalization)")
-    unknown = Counter({w: c for w, c in counts.items() if not pronunciations(w, lexicon)})
     rank = {w: i for i, (w, _) in enumerate(counts.most_common())}
     order = sorted(lexicon, key=lambda w: rank.get(w, len(rank)))  # stable: then the lexicon's own order
     phones = sorted({ph for prons in lexicon.values() for pron in prons for ph in pron} | set(ENDING_PHONES))
@@ -116,4 +124,4 @@ def train_phone_tokenizer(texts: Iterable[str], out_dir: str | os.PathLike, lexi
                 f.write(f"{word}{f'({n + 1})' if n else ''} {' '.join(pron)}\n")
     tok = PhoneTokenizer.load(out_dir, {"phones": phones, "normalizer": asdict(normalizer)})
     write_json(out_dir / "tokenizer.json", tok.meta())
-    return tok, unknown
+    return tok, Counter({w: c for w, c in counts.items() if not tok.pronounce(w)})

@@ -30,10 +30,11 @@ MODEL_TYPES = ("unigram", "bpe", "char")
 def load_tokenizer(directory: str | os.PathLike):
     """The tokenizer in `directory`: a `Tokenizer` (sentencepiece) or a `PhoneTokenizer` (data/phones.py)."""
     meta_path = Path(directory) / "tokenizer.json"
-    if meta_path.exists() and read_json(meta_path).get("model_type") == "phone":
+    meta = read_json(meta_path) if meta_path.exists() else {}
+    if meta.get("model_type") == "phone":
         from asr_transformer.data.phones import PhoneTokenizer
 
-        return PhoneTokenizer.load(directory, _checked(read_json(meta_path), meta_path))
+        return PhoneTokenizer.load(directory, _checked(meta, meta_path))
     return Tokenizer(directory)
 
 

@@ -140,13 +140,6 @@ class LexiconLM:
         """The words of a hypothesis, each homophone as this LM chose it; phones that spell no word of the LM (a
         search cut short, or a rescored CTC n-best entry outside the lexicon) as the tokenizer writes them."""
         tokens = [t for t in map(int, tokens) if t > MASK]
-        done, _ = self._walk((SOS, *tokens, self.word_start))
-        chunks, current = [], []
-        for t in [*tokens, self.word_start]:
-            if t != self.word_start:
-                current.append(t)
-            elif current:
-                chunks.append(current)
-                current = []
-        return " ".join(self.spelling[w] if w != UNK else self.tokenizer.decode([self.word_start, *chunk])
-                        for w, chunk in zip(done, chunks))
+        done, _ = self._walk((SOS, *tokens, self.word_start))  # one word id per word of split_words
+        return " ".join(self.spelling[w] if w != UNK else self.tokenizer.word(phones)
+                        for w, phones in zip(done, self.tokenizer.split_words(tokens)))
