@@ -22,12 +22,9 @@ prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manife
 app.add_typer(prepare_app, name="prepare")
 
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
-LM_HELP = "ARPA n-gram LM over the model's tokens (from `asr lm`), fused in the beam, joint and rescore modes."
-WORD_LM_HELP = ("ARPA word n-gram LM (from `asr lm --words`), added where a word ends in the beam, joint and rescore "
-                "modes; with or without --lm. A phone model then spells only the LM's words that its lexicon has.")
-PRECISION_HELP = ("Encoder precision: fp32, bf16 (about 2× faster encoding on CPUs with AMX, and on GPUs; "
-                  "slower than fp32 on CPUs without AMX), fp16 (CUDA only) or auto (bf16 where it is fast); "
-                  "the decoder always runs in fp32.")
+PRECISION_HELP = ("fp32, bf16 (the encoder in bf16: about 2× faster on CPUs with AMX and on GPUs, slower than fp32 on "
+                  "CPUs without AMX), fp16 (CUDA only), int8 (the Linear layers quantized to int8, CPU only) or auto "
+                  "(bf16 where it is fast).")
 
 
 def _echo_summary(summary: dict) -> None:
@@ -391,39 +388,164 @@ def average(
 
 # ----------------------------------------------------------------------------------- decode
 
+# Decoding options of `asr decode`, `asr transcribe` and `asr package`. None keeps the model package's value
+# (its decoding defaults: `asr info` shows them; the toolkit's own defaults are config.DecodeConfig's).
+MODE = typer.Option(None, help="Decoding mode: greedy, beam, joint, ctc, ctc_beam, maskctc or rescore "
+                    "[default: the package's].")
+BEAM = typer.Option(None, help="Beam size [default: the package's].")
+CTC_WEIGHT = typer.Option(None, help="CTC weight λ in joint and rescore [default: the package's].")
+LENGTH_PENALTY = typer.Option(None, help="Score bonus per output token in beam, joint and rescore "
+                              "[default: the package's].")
+MAX_LEN_RATIO = typer.Option(None, help="Longest output in tokens per encoder frame [default: the package's].")
+MASKCTC_ITERATIONS = typer.Option(None, help="Mask-CTC refinement iterations [default: the package's].")
+MASKCTC_THRESHOLD = typer.Option(None, help="Mask-CTC: tokens below this probability are masked "
+                                 "[default: the package's].")
+LM_OPTION = typer.Option(None, "--lm", help="ARPA n-gram LM over the model's tokens (from `asr lm`), fused in the beam, "
+                         "joint and rescore modes, instead of the package's own.")
+LM_WEIGHT = typer.Option(None, help="Weight β of the token LM's scores [default: the package's].")
+WORD_LM = typer.Option(None, help="ARPA word n-gram LM (from `asr lm --words`), added where a word ends in the beam, "
+                       "joint and rescore modes, instead of the package's own. A phone model then spells only the "
+                       "LM's words that its lexicon has.")
+WORD_LM_WEIGHT = typer.Option(None, help="Weight γ of the word LM's scores [default: the package's].")
+NO_LM = typer.Option(False, "--no-lm", help="Decode without the LMs the package holds.")
+BATCH_SIZE = typer.Option(None, help="Utterances (segments) decoded together [default: the package's].")
+DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
+THREADS = typer.Option(0, help="CPU threads for torch (0: all cores).")
+PRECISION = typer.Option("fp32", help=PRECISION_HELP)
+
+
+def _recognizer(model: Path, device: str, threads: int, precision: str, lm: Optional[Path], word_lm: Optional[Path],
+                no_lm: bool, **options):
+    """A Recognizer for the command line: options left at None keep the package's; errors are one line."""
+    from asr_transformer.decode.search import DecodeError
+    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.train.checkpoint import CheckpointError
+
+    if no_lm and (lm is not None or word_lm is not None):
+        _fail("--no-lm and --lm/--word-lm: choose one")
+    options = {k: v for k, v in options.items() if v is not None}
+    try:
+        return Recognizer(model, device=device, precision=precision, threads=threads,
+                          lm=False if no_lm else lm, word_lm=False if no_lm else word_lm, **options)
+    except (DecodeError, CheckpointError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"{model}: {e.strerror or e}")
+    except (RuntimeError, ValueError, KeyError) as e:  # a package this toolkit cannot run: say so, no traceback
+        _fail(f"{model}: cannot load the model package ({e})")
+
 
 @app.command()
 def decode(
-    model: Path = typer.Argument(..., help="Model package (from asr average)."),
+    model: Path = typer.Argument(..., help="Model package (from asr average or asr package)."),
     manifest: Path = typer.Argument(..., help="Manifest to decode."),
     out: Path = typer.Option(..., "--out", "-o", help="Result folder; one sub-folder per mode when several."),
-    mode: str = typer.Option("joint", help="Comma list of: greedy, beam, joint, ctc, ctc_beam, maskctc, rescore."),
-    beam: int = typer.Option(10, help="Beam size."),
-    ctc_weight: float = typer.Option(0.3, help="CTC weight λ in joint decoding."),
-    length_penalty: float = typer.Option(0.0, help="Score bonus per output token."),
-    maskctc_iterations: int = typer.Option(10, help="Mask-CTC refinement iterations."),
-    maskctc_threshold: float = typer.Option(0.99, help="Mask-CTC: tokens below this probability are masked."),
-    batch_size: int = typer.Option(16, help="Utterances decoded together."),
-    device: str = typer.Option("auto"),
-    threads: int = typer.Option(0),
-    precision: str = typer.Option("fp32", help=PRECISION_HELP),
-    lm: Optional[Path] = typer.Option(None, help=LM_HELP),
-    lm_weight: float = typer.Option(0.5, help="Weight β of the --lm scores."),
-    word_lm: Optional[Path] = typer.Option(None, help=WORD_LM_HELP),
-    word_lm_weight: float = typer.Option(0.3, help="Weight γ of the --word-lm scores."),
+    mode: Optional[str] = typer.Option(None, help="Comma list of: greedy, beam, joint, ctc, ctc_beam, maskctc, "
+                                       "rescore [default: the package's mode]."),
+    beam: Optional[int] = BEAM,
+    ctc_weight: Optional[float] = CTC_WEIGHT,
+    length_penalty: Optional[float] = LENGTH_PENALTY,
+    max_len_ratio: Optional[float] = MAX_LEN_RATIO,
+    maskctc_iterations: Optional[int] = MASKCTC_ITERATIONS,
+    maskctc_threshold: Optional[float] = MASKCTC_THRESHOLD,
+    lm: Optional[Path] = LM_OPTION,
+    lm_weight: Optional[float] = LM_WEIGHT,
+    word_lm: Optional[Path] = WORD_LM,
+    word_lm_weight: Optional[float] = WORD_LM_WEIGHT,
+    no_lm: bool = NO_LM,
+    nbest: Optional[int] = typer.Option(None, help="Hypotheses kept per utterance in hyp.jsonl."),
+    batch_size: Optional[int] = BATCH_SIZE,
+    device: str = DEVICE,
+    threads: int = THREADS,
+    precision: str = PRECISION,
     score: bool = typer.Option(True, help="Score against the manifest's texts afterwards."),
 ):
-    """Decode a manifest; writes hyp.jsonl and a Kaldi `text` file, reports RTF."""
-    from asr_transformer.decode.search import DecodeError, decode_manifest
+    """Decode a manifest with the package's decoding setup (or the options given); writes hyp.jsonl and a Kaldi
+    `text` file, reports RTF."""
+    from asr_transformer.data.manifest import ManifestError
+    from asr_transformer.decode.search import DecodeError
+
+    modes = [m.strip() for m in mode.split(",") if m.strip()] if mode else []
+    rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=modes[0] if modes else None,
+                      beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
+                      maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
+                      lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size)
+    try:
+        rec.decode_manifest(manifest, out, modes or None, score=score)
+    except (DecodeError, ManifestError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"{e.filename or manifest}: {e.strerror or e}")
+
+
+@app.command("package")
+def package_(
+    model: Path = typer.Argument(..., help="Model package (from asr average)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Package to write (may be MODEL itself)."),
+    mode: Optional[str] = MODE,
+    beam: Optional[int] = BEAM,
+    ctc_weight: Optional[float] = CTC_WEIGHT,
+    length_penalty: Optional[float] = LENGTH_PENALTY,
+    max_len_ratio: Optional[float] = MAX_LEN_RATIO,
+    maskctc_iterations: Optional[int] = MASKCTC_ITERATIONS,
+    maskctc_threshold: Optional[float] = MASKCTC_THRESHOLD,
+    lm: Optional[Path] = typer.Option(None, "--lm", help="ARPA n-gram LM over the model's tokens (`asr lm`) to store."),
+    lm_weight: Optional[float] = LM_WEIGHT,
+    word_lm: Optional[Path] = typer.Option(None, help="ARPA word n-gram LM (`asr lm --words`) to store."),
+    word_lm_weight: Optional[float] = WORD_LM_WEIGHT,
+    no_lm: bool = typer.Option(False, "--no-lm", help="Remove the LMs the package holds."),
+    batch_size: Optional[int] = BATCH_SIZE,
+    result: List[str] = typer.Option([], help="NAME=DIR: record the result of a decoding of this package (a folder "
+                                     "with result.json and rtf.json, e.g. dev=exp/decode_dev); repeatable."),
+):
+    """Make a model package a complete recognizer: its decoding defaults (chosen on dev), the LMs they use
+    (stored inside, compressed), and the results it was validated with. `asr decode` and `asr transcribe`
+    then need no decoding options; `asr info` shows what it holds."""
+    from asr_transformer.decode.search import DecodeError, check_modes
+    from asr_transformer.package import LM_KINDS, set_decoding
+    from asr_transformer.train.checkpoint import CheckpointError
+
+    options = {k: v for k, v in dict(mode=mode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
+                                     max_len_ratio=max_len_ratio, maskctc_iterations=maskctc_iterations,
+                                     maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
+                                     word_lm_weight=word_lm_weight, batch_size=batch_size).items() if v is not None}
+    if no_lm and (lm is not None or word_lm is not None):
+        _fail("--no-lm and --lm/--word-lm: choose one")
+    lms = dict.fromkeys(LM_KINDS) if no_lm else {k: v for k, v in (("lm", lm), ("word_lm", word_lm)) if v is not None}
+    results = {}
+    for item in result:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            _fail(f"--result {item}: expected NAME=DIR, e.g. test=exp/decode_test")
+        results[name] = Path(folder)
+    try:
+        if mode is not None:
+            check_modes(mode)
+        set_decoding(model, out, options, lms, results)
+    except (DecodeError, CheckpointError, ValueError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"{e.filename or model}: {e.strerror or e}")
+    typer.echo(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
+    _print_info(out)
+
+
+@app.command()
+def info(model: Path = typer.Argument(..., help="Model package.")):
+    """What a model package holds: model shape, units, training data, decoding defaults, LMs, validated results."""
+    _print_info(model)
+
+
+def _print_info(model: Path) -> None:
+    from asr_transformer.info import describe
+    from asr_transformer.train.checkpoint import CheckpointError
 
     try:
-        decode_manifest(model, manifest, out, modes=[m.strip() for m in mode.split(",") if m.strip()], beam=beam,
-                        ctc_weight=ctc_weight, length_penalty=length_penalty, maskctc_iterations=maskctc_iterations,
-                        maskctc_threshold=maskctc_threshold, batch_size=batch_size, device=device, threads=threads,
-                        score=score, precision=precision, lm=lm, lm_weight=lm_weight, word_lm=word_lm,
-                        word_lm_weight=word_lm_weight)
-    except DecodeError as e:
+        typer.echo(describe(model))
+    except CheckpointError as e:
         _fail(str(e))
+    except OSError as e:
+        _fail(f"{model}: {e.strerror or e}")
 
 
 @app.command()
@@ -441,7 +563,6 @@ def score(
         typer.echo(f"== {d}")
         typer.echo(report.summary_table())
 
-
 # ------------------------------------------------------------------------------- transcribe
 
 
@@ -451,27 +572,96 @@ def transcribe(
     model: Path = typer.Option(..., "--model", "-m", help="Model package."),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="Write <basename>.<ext> here."),
     output_format: str = typer.Option("txt", "--output-format", "-f", help="txt, json, srt, vtt, tsv or all."),
-    mode: str = typer.Option("joint", help="Decoding mode."),
-    beam: int = typer.Option(10),
-    ctc_weight: float = typer.Option(0.3),
-    device: str = typer.Option("auto"),
-    threads: int = typer.Option(0),
-    precision: str = typer.Option("fp32", help=PRECISION_HELP),
+    mode: Optional[str] = MODE,
+    beam: Optional[int] = BEAM,
+    ctc_weight: Optional[float] = CTC_WEIGHT,
+    length_penalty: Optional[float] = LENGTH_PENALTY,
+    max_len_ratio: Optional[float] = MAX_LEN_RATIO,
+    maskctc_iterations: Optional[int] = MASKCTC_ITERATIONS,
+    maskctc_threshold: Optional[float] = MASKCTC_THRESHOLD,
+    lm: Optional[Path] = LM_OPTION,
+    lm_weight: Optional[float] = LM_WEIGHT,
+    word_lm: Optional[Path] = WORD_LM,
+    word_lm_weight: Optional[float] = WORD_LM_WEIGHT,
+    no_lm: bool = NO_LM,
+    batch_size: Optional[int] = BATCH_SIZE,
+    device: str = DEVICE,
+    threads: int = THREADS,
+    precision: str = PRECISION,
     max_segment: float = typer.Option(20.0, help="Longest segment (s) decoded at once; longer audio is split."),
-    lm: Optional[Path] = typer.Option(None, help=LM_HELP),
-    lm_weight: float = typer.Option(0.5, help="Weight β of the --lm scores."),
-    word_lm: Optional[Path] = typer.Option(None, help=WORD_LM_HELP),
-    word_lm_weight: float = typer.Option(0.3, help="Weight γ of the --word-lm scores."),
     same_speaker: bool = typer.Option(False, help="A model.speaker_cmn model: the files are one speaker's, so "
                                       "each is normalized by the mean of the speech so far in all of them "
                                       "(default: each file its own)."),
 ):
-    """Transcribe audio files of any length; text to stdout or files in several formats."""
-    from asr_transformer.transcribe import transcribe_cli
+    """Transcribe audio files of any length with the package's decoding setup (or the options given); text to
+    stdout, or files in several formats.
 
-    transcribe_cli(audio, model, output_dir, output_format, mode=mode, beam=beam, ctc_weight=ctc_weight,
-                   device=device, threads=threads, max_segment=max_segment, precision=precision, lm=lm,
-                   lm_weight=lm_weight, word_lm=word_lm, word_lm_weight=word_lm_weight, same_speaker=same_speaker)
+    Without --output-dir, txt prints the text (one line per input; with several inputs `<input>\\t<text>`) and
+    another format prints that format (one input only). Inputs that cannot be read are reported and skipped;
+    the exit code is 1 if any failed."""
+    import sys
+
+    from asr_transformer.data.audio import AudioError
+    from asr_transformer.writers import FORMATS, format_result, write_result
+
+    if output_format != "all" and output_format not in FORMATS:
+        _fail(f"--output-format {output_format}: choose from {', '.join(FORMATS)} or all")
+    if output_dir is None and output_format == "all":
+        _fail("--output-format all writes several files: give --output-dir")
+    if output_dir is None and output_format != "txt" and len(audio) > 1:
+        _fail(f"--output-format {output_format} for several inputs: give --output-dir")
+    if list(audio).count("-") > 1:
+        _fail("stdin (-) can be read only once")
+    if not max_segment >= 0.5:
+        _fail(f"--max-segment {max_segment}: must be at least 0.5 seconds")
+    rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=mode, beam=beam,
+                      ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
+                      maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
+                      word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1)
+    from asr_transformer.transcribe import ProgressBar
+
+    speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
+    if same_speaker:
+        from asr_transformer.data.features import CMVNAccumulator
+        speaker = CMVNAccumulator(rec.config.features.num_mel_bins)
+    failed = 0
+    basenames: dict[str, str] = {}
+    for item in audio:
+        if item == "-":
+            stdin = getattr(sys.stdin, "buffer", sys.stdin)
+            source, label, basename = stdin.read(), "stdin", "stdin"
+        else:
+            source, label, basename = item, item, Path(item).stem or Path(item).name
+        bar = ProgressBar(label)
+        try:
+            result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker)
+        except AudioError as e:
+            detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
+            typer.secho(f"error: {label}: {detail}", fg="red", err=True)
+            failed += 1
+            continue
+        finally:
+            bar.close()
+        if output_dir is None:
+            if output_format == "txt":
+                typer.echo(result["text"] if len(audio) == 1 else f"{label}\t{result['text']}")
+            else:
+                typer.echo(format_result(result, output_format), nl=False)
+            continue
+        if basename in basenames:
+            typer.secho(f"warning: {label} and {basenames[basename]} share the name '{basename}': "
+                        f"the later output replaces the earlier", fg="yellow", err=True)
+        basenames[basename] = label
+        try:
+            paths = write_result(result, output_dir, basename, output_format)
+        except OSError as e:
+            typer.secho(f"error: {label}: cannot write output to {output_dir} ({e})", fg="red", err=True)
+            failed += 1
+            continue
+        typer.echo(f"{label} → {', '.join(str(p) for p in paths)}", err=True)
+    if failed:
+        typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
+        raise typer.Exit(code=1)
 
 
 @app.command()

@@ -123,14 +123,18 @@ class TrainConfig:
 
 @dataclass
 class DecodeConfig:
+    """How a model decodes. The one place decoding defaults are written: a model package carries its own copy
+    (`asr package` sets it to the values chosen on dev), and `asr decode`/`asr transcribe` options override it."""
+
     mode: str = "joint"  # greedy | beam | joint | ctc | ctc_beam | maskctc | rescore
     beam: int = 10
-    ctc_weight: float = 0.3
-    length_penalty: float = 0.0
+    ctc_weight: float = 0.3  # λ of the CTC score in joint and rescore
+    length_penalty: float = 0.0  # score bonus per output token (beam, joint, rescore)
     max_len_ratio: float = 1.0  # max output tokens per encoder frame
     maskctc_iterations: int = 10
     maskctc_threshold: float = 0.99
-    lm_weight: float = 0.5  # β of the n-gram LM in beam, joint and rescore, when one is given (--lm)
+    lm_weight: float = 0.5  # β of the token n-gram LM in beam, joint and rescore, when there is one
+    word_lm_weight: float = 0.3  # γ of the word n-gram LM where a word ends, when there is one
     nbest: int = 1
     batch_size: int = 16
 

@@ -1,70 +1,99 @@
-"""The one-file model package: config, tokenizer, CMVN (inside the weights) and weights.
+"""The one-file model package: a complete recognizer.
 
-Written by `asr average` (and by the trainer for the last epoch); read by decode and transcribe
-with ``weights_only=True``, so loading never unpickles arbitrary objects.
+It holds the config (model shape, features, and the decoding defaults chosen on dev), the tokenizer (for
+phone units, its pronunciation lexicon), the weights (CMVN inside), the n-gram LMs the decoding defaults use
+(gzip-compressed ARPA text), and what it was trained on and validated with. `asr average` writes one;
+`asr package` sets its decoding defaults and LMs. Read with ``weights_only=True``, so loading never unpickles
+arbitrary objects.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
+from dataclasses import fields
 from pathlib import Path
 
 import torch
 
-from asr_transformer.config import Config, from_dict, to_dict
+from asr_transformer.config import Config, DecodeConfig, from_dict, to_dict
 from asr_transformer.data.tokenizer import Tokenizer, tokenizer_from_bytes
+from asr_transformer.fileio import read_json
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 FORMAT = "asr-model"
+DATA_SUMMARY = "data.json"  # written into an experiment folder by the trainer: the data it trains on
+LM_KINDS = ("lm", "word_lm")  # a token n-gram LM (`asr lm`) and a word n-gram LM (`asr lm --words`)
 
 
-def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, weights: dict, info: dict | None = None) -> None:
-    """Write config + tokenizer (model bytes as a uint8 tensor) + weights into one file, atomically."""
+def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, weights: dict, info: dict | None = None,
+                 lms: dict | None = None) -> None:
+    """Write config + tokenizer (model bytes as a uint8 tensor) + weights [+ LMs] into one file, atomically.
+
+    lms: {"lm" | "word_lm": {"arpa_gz": uint8 tensor (`decode.ngram.pack_arpa`), "name": the ARPA file's name,
+    "order": n, "ngrams": [count per order]}}."""
     save_checkpoint(path, {
         "config": to_dict(cfg),
         "tokenizer_model": torch.frombuffer(bytearray(tokenizer.model_bytes), dtype=torch.uint8),
         "tokenizer_meta": tokenizer.meta(),
         "weights": weights,
         "info": info or {},
+        "lms": lms or {},
     }, format=FORMAT)
 
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+INT8 = "int8"  # dynamic int8 quantization of the Linear layers (CPU): `quantize_int8`
 
 
 def read_package(path: str | os.PathLike) -> dict:
-    """The verified contents of a model package (config, tokenizer, weights, info); CheckpointError otherwise."""
+    """The verified contents of a model package (config, tokenizer, weights, info, lms); CheckpointError otherwise."""
     try:
         return load_checkpoint(path, format=FORMAT)
     except CheckpointError as e:
         raise CheckpointError(f"{e}. Expected a model package written by `asr average`.") from None
 
 
-def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", precision: str = "fp32"):
+def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", precision: str = "fp32",
+                 state: dict | None = None):
     """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error.
 
-    precision: the encoder's inference precision, fp32 | bf16 | fp16 (fp16 on CUDA only) | auto
-    (`check_precision`); see `ASRModel.set_encoder_dtype`.
+    precision: fp32 | bf16 | fp16 (fp16 on CUDA only): the encoder's (`ASRModel.set_encoder_dtype`); int8: every
+    encoder and decoder Linear layer quantized (CPU only, `quantize_int8`); auto (`check_precision`).
+    state: what `read_package(path)` returned, when the caller has read it already.
     """
     from asr_transformer.model.asr import ASRModel
 
     precision = check_precision(precision, device)
-    state = read_package(path)
+    state = state if state is not None else read_package(path)
     cfg = from_dict(state["config"], f"{path}:config")
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     model = ASRModel(cfg.model)
     model.load_state_dict(state["weights"])
     model.to(device).eval()
-    if precision != "fp32":
+    if precision == INT8:
+        quantize_int8(model)
+    elif precision != "fp32":
         model.set_encoder_dtype(PRECISIONS[precision])
     return model, tokenizer, cfg
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """Dynamic int8 quantization, in place, of the encoder's and decoder's Linear layers (weights int8 per
+    tensor, activations quantized on the fly; the CTC head, convolutions and embeddings stay float32)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao's eager API: still the CPU int8 kernels
+        for name in ("encoder", "decoder"):
+            part = getattr(model, name)
+            setattr(model, name, torch.ao.quantization.quantize_dynamic(part, {torch.nn.Linear}, dtype=torch.qint8))
+    return model
 
 
 def resolve_precision(precision: str, device: str | torch.device) -> str:
     """"auto" → the precision this hardware runs fastest: bf16 on CPUs with AMX and on CUDA GPUs with bf16,
     fp16 on older GPUs, otherwise fp32. Without AMX a CPU's bf16 matrix products are slower than fp32 ones
-    (here: 152 against 330 GFLOP/s, `bench/train_speed.py`), even with AVX512-BF16. Other names pass through."""
+    (`bench/train_speed.py`), even with AVX512-BF16. Other names pass through."""
     if precision != "auto":
         return precision
     kind = torch.device(device).type
@@ -77,12 +106,65 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 def check_precision(precision: str, device: str | torch.device) -> str:
     """The precision to run (`auto` resolved by `resolve_precision`); ValueError naming the choices when
     `precision` cannot run on `device`."""
-    if precision != "auto" and precision not in PRECISIONS:
-        raise ValueError(f"precision '{precision}': choose from auto, {', '.join(PRECISIONS)}")
+    if precision not in ("auto", INT8, *PRECISIONS):
+        raise ValueError(f"precision '{precision}': choose from auto, {', '.join(PRECISIONS)}, {INT8}")
     if precision == "fp16" and torch.device(device).type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device; on a CPU use bf16 (fast where the CPU has "
                          "AMX) or fp32")
+    if precision == INT8 and torch.device(device).type != "cpu":
+        raise ValueError("precision int8 runs on the CPU only; on a GPU use bf16 or fp16")
     return resolve_precision(precision, device)
+
+
+def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict | None = None,
+                 lms: dict | None = None, results: dict | None = None) -> dict:
+    """Copy the package `path` to `out` (may be the same file) with new decoding defaults, LMs and results.
+
+    options: DecodeConfig fields to change. lms: {"lm" | "word_lm": an ARPA file to store, or None to remove
+    it}; kinds not named are kept. results: {name (e.g. "dev", "test"): a decode result folder holding
+    `result.json` (`asr score`) and `rtf.json` (`asr decode`)}, recorded as validated results.
+    Returns the new package's state.
+    """
+    from asr_transformer.decode.ngram import NgramLM, pack_arpa
+
+    state = read_package(path)
+    cfg = from_dict(state["config"], f"{path}:config")
+    known = {f.name for f in fields(DecodeConfig)}
+    for key, value in (options or {}).items():
+        if key not in known:
+            raise ValueError(f"unknown decoding option '{key}' (known: {', '.join(sorted(known))})")
+        setattr(cfg.decode, key, value)
+    stored = dict(state.get("lms") or {})
+    tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+    for kind, arpa in (lms or {}).items():
+        if kind not in LM_KINDS:
+            raise ValueError(f"unknown LM kind '{kind}' (known: {', '.join(LM_KINDS)})")
+        if arpa is None:
+            stored.pop(kind, None)
+            continue
+        packed = pack_arpa(arpa)
+        pieces = tokenizer.pieces(range(tokenizer.vocab_size)) if kind == "lm" else None
+        lm = NgramLM.from_packed(packed, pieces, str(arpa))  # checks it reads, and counts it
+        stored[kind] = {"arpa_gz": torch.frombuffer(bytearray(packed), dtype=torch.uint8), "name": Path(arpa).name,
+                        "order": lm.order, "ngrams": [sum(len(w) for w in lm.prob.get(n, {}).values())
+                                                      for n in range(1, lm.order + 1)]}
+    info = dict(state.get("info") or {})
+    validated = dict(info.get("results") or {})
+    for name, folder in (results or {}).items():
+        folder = Path(folder)
+        try:
+            result, rtf = read_json(folder / "result.json"), read_json(folder / "rtf.json")
+        except OSError as e:
+            raise ValueError(f"--result {name}={folder}: needs result.json (`asr score`) and rtf.json "
+                             f"(`asr decode`) there ({e.strerror})") from None
+        validated[name] = {"wer": result["wer"], "cer": result["cer"], "utterances": rtf.get("utterances"),
+                           "mode": rtf.get("mode"), "options": rtf.get("options"), "lms": rtf.get("lms"),
+                           "rtf": rtf.get("rtf"), "threads": rtf.get("threads")}
+    info["results"] = validated
+    tokenizer_state = {k: state[k] for k in ("tokenizer_model", "tokenizer_meta")}
+    save_checkpoint(out, {"config": to_dict(cfg), **tokenizer_state, "weights": state["weights"], "info": info,
+                          "lms": stored}, format=FORMAT)
+    return read_package(out)
 
 
 def _epoch_checkpoints(exp: Path) -> list[Path]:
@@ -124,5 +206,7 @@ def average_checkpoints(exp: str | os.PathLike, out: str | os.PathLike, best: in
     tokenizer = tokenizer_from_bytes(chosen[0][1]["tokenizer_model"].numpy().tobytes(), chosen[0][1]["tokenizer_meta"])
     info = {"averaged": [p.name for p, _ in chosen], "by": "last" if last > 0 else by,
             "metrics": [s["metrics"] for _, s in chosen]}
+    if (exp / DATA_SUMMARY).exists():
+        info["trained_on"] = read_json(exp / DATA_SUMMARY)
     save_package(out, cfg, tokenizer, averaged, info)
     return [p for p, _ in chosen]

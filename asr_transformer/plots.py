@@ -179,34 +179,33 @@ def plot_attention(model_path: str | os.PathLike, audio_path: str | os.PathLike,
     layer's cross-attention (heads averaged) for the teacher-forced hypothesis: output tokens (pieces, then
     <eos>) × encoder frames. Audio longer than 30 s is cut to its first 30 s. Writes `out_png` atomically."""
     Figure, Canvas = _matplotlib()
-    from dataclasses import replace
-
     import torch
 
     from asr_transformer.data.audio import AudioError, load_audio
-    from asr_transformer.data.features import fbank
-    from asr_transformer.decode.search import recognize
-    from asr_transformer.package import load_package
+    from asr_transformer.decode.search import DecodeError
+    from asr_transformer.recognizer import Recognizer
     from asr_transformer.train.checkpoint import CheckpointError
 
-    try:
-        model, tokenizer, cfg = load_package(model_path, device)
-    except (CheckpointError, OSError) as e:
+    try:  # the package's LMs are left out: the plot shows what the model itself attends to
+        rec = Recognizer(model_path, device=str(device), lm=False, word_lm=False, nbest=1,
+                         **({"mode": mode} if mode is not None else {}))
+    except (CheckpointError, DecodeError, OSError) as e:
         raise PlotError(str(e)) from None
+    model, tokenizer, cfg = rec.model, rec.tokenizer, rec.config
     try:
         wave = load_audio(audio_path, duration=MAX_ATTENTION_SECONDS, sample_rate=cfg.features.sample_rate,
                           allow_silent=True)
     except AudioError as e:
         raise PlotError(str(e)) from None
     cut = len(wave) >= int(MAX_ATTENTION_SECONDS * cfg.features.sample_rate)
-    feats = fbank(torch.from_numpy(wave), cfg.features)
+    feats = rec.features(wave)
     if feats.size(0) == 0:
         raise PlotError(f"{audio_path}: too short to plot (under one 25 ms frame)")
-    opts = replace(cfg.decode, nbest=1) if mode is None else replace(cfg.decode, mode=mode, nbest=1)
-    hyp = recognize(model, feats.unsqueeze(0), torch.tensor([feats.size(0)]), opts)[0][0]
+    hyp = rec.recognize(feats.unsqueeze(0), torch.tensor([feats.size(0)]))[0][0]
     weights = attention_weights(model, feats, hyp.tokens).numpy()  # (L + 1, T')
     labels = tokenizer.pieces(hyp.tokens) + ["<eos>"]
-    text = tokenizer.decode(hyp.tokens)
+    text = rec.text(hyp.tokens)
+    opts = rec.options
 
     frame_ms = cfg.features.frame_shift_ms * cfg.model.subsampling
     rows, cols = weights.shape

@@ -21,10 +21,10 @@ Read top to bottom:
    at the lowest-energy frame within the last 2 s before `max_segment` is reached (so no word is
    decoded twice and no seam has to be merged; a cut lands in the quietest spot, usually a short pause
    between words). Segments with less than 50 ms of speech (clicks) are dropped; silence is never decoded.
-3. `transcribe` batches the segments (``opts.batch_size`` at a time) through `fbank` → `recognize`,
-   keeping at most one batch of segment audio (plus the segmenter's buffer of ≤ max_segment + one
-   block) in memory, so a 30-minute file needs no more memory than a 30-second one.
-4. `transcribe_cli` is the `asr transcribe` command.
+3. `transcribe` batches the segments (``options.batch_size`` at a time) through a `Recognizer`
+   (recognizer.py), keeping at most one batch of segment audio (plus the segmenter's buffer of
+   ≤ max_segment + one block) in memory, so a 30-minute file needs no more memory than a 30-second one.
+4. `ProgressBar` shows how far a long file is; `asr transcribe` (cli.py) uses it.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from __future__ import annotations
 import io
 import math
 import os
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Union
 
@@ -338,32 +337,29 @@ def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_op
 # --------------------------------------------------------------------------------------- decoding
 
 
-def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, lm=None, speaker=None) -> list[dict]:
+def _decode_batch(recognizer, segments: list[Segment], speaker=None) -> list[dict]:
     """`speaker`: a CMVNAccumulator of the file's features so far, for a model.speaker_cmn model (else None)."""
     import torch
 
-    from asr_transformer.data.features import fbank
-    from asr_transformer.decode.search import LM_MODES, recognize, transcriber
-
+    device = recognizer.device
     feats = []
     for s in segments:
         audio = s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
-        feats.append(fbank(torch.from_numpy(audio).to(device), cfg.features))
+        feats.append(recognizer.features(audio))
     lens = torch.tensor([f.size(0) for f in feats])
-    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(device)
     speaker_mean = None
     if speaker is not None:  # the file is one speaker: the mean of its segments up to this batch's last
         for f in feats:
             speaker.add(f)
         speaker_mean = torch.from_numpy(speaker.mean()).float().to(device).expand(len(feats), -1)
-    hyps = recognize(model, padded, lens, opts, lm=lm, speaker_mean=speaker_mean)
-    text_of = transcriber(tokenizer, lm if opts.mode in LM_MODES else None)
+    hyps = recognizer.recognize(padded, lens, speaker_mean=speaker_mean)
     out = []
     for s, nbest in zip(segments, hyps):
         if not nbest:
             continue
         best = nbest[0]
-        text = " ".join(text_of(best.tokens).split())
+        text = " ".join(recognizer.text(best.tokens).split())
         if not text:
             continue
         score = float(best.score)
@@ -372,19 +368,15 @@ def _decode_batch(model, tokenizer, cfg, segments: list[Segment], opts, device, 
     return out
 
 
-def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_segment: float = 20.0,
-               device=None, progress: ProgressCallback | None = None, lm=None, speaker=None) -> dict:
+def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
+               progress: ProgressCallback | None = None, speaker=None) -> dict:
     """Transcribe one audio file of any length.
 
     Args:
-        model, tokenizer, cfg: what `asr_transformer.package.load_package` returns.
+        recognizer: a `Recognizer` (its options: mode, beam, LMs; `options.batch_size` segments at a time).
         audio_source: a path, the bytes of an audio file, or a 1-D float32 array at 16 kHz.
-        opts: DecodeConfig (default: the package's `cfg.decode`); `opts.batch_size` segments are decoded
-            together.
         max_segment: longest segment in seconds (see the module docstring for how audio is split).
-        device: where features are computed (default: the model's device).
         progress: called as progress(seconds_done, total_seconds_or_None, segments_decoded) after each batch.
-        lm: an NgramLM over the model's tokens for the beam, joint and rescore modes (weight opts.lm_weight).
         speaker: for a model.speaker_cmn model, a `CMVNAccumulator` of the speaker's features so far, which
             this call updates (to carry one speaker's mean across files); default: a fresh one, so the file is one
             speaker. Each batch is normalized by the mean of the speaker's segments decoded so far, its own
@@ -396,10 +388,8 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
     Raises:
         AudioError naming the source when it cannot be read.
     """
-    opts = opts if opts is not None else cfg.decode
-    if device is None:
-        device = next(model.parameters()).device
-    batch_size = max(1, int(getattr(opts, "batch_size", 8) or 8))
+    cfg = recognizer.config
+    batch_size = recognizer.options.batch_size
     total = audio_duration(audio_source) if progress is not None else None
     segmenter = Segmenter(max_segment)
     results: list[dict] = []
@@ -412,7 +402,7 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
 
     def decode(batch: list[Segment]) -> None:
         nonlocal decoded
-        results.extend(_decode_batch(model, tokenizer, cfg, batch, opts, device, lm, speaker))
+        results.extend(_decode_batch(recognizer, batch, speaker))
         decoded += len(batch)
         if progress is not None:
             progress(batch[-1].end, total, decoded)
@@ -435,10 +425,10 @@ def transcribe(model, tokenizer, cfg, audio_source: AudioSource, opts=None, max_
     return {"text": " ".join(s["text"] for s in results), "segments": results, "duration": duration}
 
 
-# -------------------------------------------------------------------------------------------- CLI
+# ----------------------------------------------------------------------------------------- progress
 
 
-class _ProgressBar:
+class ProgressBar:
     """A rich progress bar on stderr, shown only for files of at least PROGRESS_MIN_SECONDS."""
 
     def __init__(self, label: str):
@@ -463,128 +453,3 @@ class _ProgressBar:
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
-
-
-def _fail(message: str):
-    import typer
-
-    typer.secho(f"error: {message}", fg="red", err=True)
-    raise typer.Exit(code=1)
-
-
-def _pick_device(device: str):
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        _fail(f"--device {device}: not a device; use auto, cpu, cuda or cuda:N")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        _fail(f"--device {device}: CUDA is not available here; use --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        _fail(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
-    return dev
-
-
-def transcribe_cli(audio: list[str], model: Path, output_dir: Path | None, output_format: str = "txt",
-                   mode: str = "joint", beam: int = 10, ctc_weight: float = 0.3, device: str = "auto",
-                   threads: int = 0, max_segment: float = 20.0, precision: str = "fp32",
-                   lm: Path | None = None, lm_weight: float = 0.5, word_lm: Path | None = None,
-                   word_lm_weight: float = 0.3, same_speaker: bool = False) -> None:
-    """`asr transcribe`: decode each input (``-`` = stdin, named "stdin") with one loaded package.
-
-    Without `output_dir`: format txt prints the plain text (one line per input; with several inputs each
-    line is ``<input>\\t<text>``); another single format prints that format (one input only). With
-    `output_dir`: writes ``<output_dir>/<basename>.<ext>`` for `output_format` (txt, json, srt, vtt, tsv or
-    all). Inputs that cannot be read are reported and skipped; the exit code is 1 if any failed.
-    `same_speaker`: for a model.speaker_cmn model, the inputs are one speaker's, in order: each is normalized by
-    the mean of all the speech before it and its own (default: each input its own speaker).
-    """
-    import typer
-
-    from asr_transformer.writers import FORMATS, format_result, write_result
-
-    if output_format != "all" and output_format not in FORMATS:
-        _fail(f"--output-format {output_format}: choose from {', '.join(FORMATS)} or all")
-    if output_dir is None and output_format == "all":
-        _fail("--output-format all writes several files: give --output-dir")
-    if output_dir is None and output_format != "txt" and len(audio) > 1:
-        _fail(f"--output-format {output_format} for several inputs: give --output-dir")
-    if list(audio).count("-") > 1:
-        _fail("stdin (-) can be read only once")
-    if not max_segment >= 0.5:
-        _fail(f"--max-segment {max_segment}: must be at least 0.5 seconds")
-    if beam < 1:
-        _fail(f"--beam {beam}: must be at least 1")
-
-    import torch
-
-    from asr_transformer.decode.search import MODES
-    from asr_transformer.package import check_precision, load_package
-
-    if mode not in MODES:
-        _fail(f"--mode {mode}: choose from {', '.join(MODES)}")
-    torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
-    dev = _pick_device(device)
-    try:
-        precision = check_precision(precision, dev)
-    except ValueError as e:
-        _fail(f"--precision {precision}: {e}")
-    try:
-        asr_model, tokenizer, cfg = load_package(model, dev, precision)
-    except Exception as e:  # damaged, foreign or incompatible file: say so, no traceback
-        message = str(e)
-        _fail(message if str(model) in message else f"{model}: cannot load the model package ({message})")
-    from asr_transformer.decode.search import DecodeError, load_fusion_lm
-
-    try:
-        ngram, lm_weight = load_fusion_lm(tokenizer, lm, lm_weight, word_lm, word_lm_weight)
-    except DecodeError as e:
-        _fail(str(e))
-    opts = replace(cfg.decode, mode=mode, beam=beam, ctc_weight=ctc_weight, nbest=1, batch_size=8, lm_weight=lm_weight)
-
-    speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
-    if same_speaker:
-        from asr_transformer.data.features import CMVNAccumulator
-        speaker = CMVNAccumulator(cfg.features.num_mel_bins)
-    failed = 0
-    basenames: dict[str, str] = {}
-    for item in audio:
-        if item == "-":
-            stdin = getattr(sys.stdin, "buffer", sys.stdin)
-            source, label, basename = stdin.read(), "stdin", "stdin"
-        else:
-            source, label, basename = item, item, Path(item).stem or Path(item).name
-        bar = _ProgressBar(label)
-        try:
-            result = transcribe(asr_model, tokenizer, cfg, source, opts, max_segment=max_segment, device=dev,
-                                progress=bar, lm=ngram, speaker=speaker)
-        except AudioError as e:
-            detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
-            typer.secho(f"error: {label}: {detail}", fg="red", err=True)
-            failed += 1
-            continue
-        finally:
-            bar.close()
-        if output_dir is None:
-            if output_format == "txt":
-                typer.echo(result["text"] if len(audio) == 1 else f"{label}\t{result['text']}")
-            else:
-                typer.echo(format_result(result, output_format), nl=False)
-            continue
-        if basename in basenames:
-            typer.secho(f"warning: {label} and {basenames[basename]} share the name '{basename}': "
-                        f"the later output replaces the earlier", fg="yellow", err=True)
-        basenames[basename] = label
-        try:
-            paths = write_result(result, output_dir, basename, output_format)
-        except OSError as e:
-            typer.secho(f"error: {label}: cannot write output to {output_dir} ({e})", fg="red", err=True)
-            failed += 1
-            continue
-        typer.echo(f"{label} → {', '.join(str(p) for p in paths)}", err=True)
-    if failed:
-        typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
-        raise typer.Exit(code=1)

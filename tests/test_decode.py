@@ -291,13 +291,17 @@ def test_unknown_mode_is_a_clear_error():
 
 
 def test_decode_manifest_end_to_end(tiny_package, tmp_path):
-    from asr_transformer.decode.search import decode_manifest
+    from asr_transformer.recognizer import Recognizer
 
     root = tiny_package
+
+    def recognizer(**options):
+        return Recognizer(root / "model.pt", device="cpu", threads=1, **options)
+
     out = tmp_path / "dec"
-    summary = decode_manifest(root / "model.pt", root / "test.jsonl", out, modes=["greedy", "ctc"], beam=2,
-                              ctc_weight=0.3, length_penalty=0.0, maskctc_iterations=2, maskctc_threshold=0.9,
-                              batch_size=3, device="cpu", threads=1, score=True)
+    rec = recognizer(beam=2, ctc_weight=0.3, length_penalty=0.0, maskctc_iterations=2, maskctc_threshold=0.9,
+                     batch_size=3)
+    summary = rec.decode_manifest(root / "test.jsonl", out, modes=["greedy", "ctc"], score=True)
     assert set(summary) == {"greedy", "ctc"}
     for mode in ("greedy", "ctc"):
         d = out / mode
@@ -312,23 +316,23 @@ def test_decode_manifest_end_to_end(tiny_package, tmp_path):
         assert rtf["audio_seconds"] == pytest.approx(0.9 + 0.5 + 1.2 + 0.3, abs=1e-3)
         assert rtf["rtf"] == pytest.approx(rtf["decode_seconds"] / rtf["audio_seconds"], rel=1e-2)
         assert rtf["mode"] == mode and "feature_seconds" in rtf
-    # one mode: written straight into `out`, with n-best lists
-    decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "one", modes=["joint"], beam=2,
-                    batch_size=2, device="cpu", threads=1, score=False, nbest=2)
+        assert rtf["options"]["beam"] == 2 and rtf["options"]["maskctc_iterations"] == 2  # what decided the output
+    # one mode (the options' own): written straight into `out`, with n-best lists
+    recognizer(mode="joint", beam=2, batch_size=2, nbest=2).decode_manifest(root / "test.jsonl", tmp_path / "one",
+                                                                            score=False)
     rec = json.loads((tmp_path / "one" / "hyp.jsonl").read_text().splitlines()[0])
     assert 1 <= len(rec["nbest"]) <= 2 and rec["nbest"][0]["tokens"] == rec["tokens"]
     with pytest.raises(DecodeError, match="choose from"):
-        decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "x", modes=["fast"], device="cpu", threads=1)
+        recognizer(mode="fast")
+    with pytest.raises(DecodeError, match="unknown decoding option.*beems"):
+        recognizer(beems=3)
     with pytest.raises(DecodeError, match="fp16 needs a CUDA device"):
-        decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "x", modes=["ctc"], device="cpu",
-                        threads=1, precision="fp16")
+        recognizer(precision="fp16")
     # a bf16 encoder decodes and says so
-    decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "bf16", modes=["ctc"], batch_size=2,
-                    device="cpu", threads=1, precision="bf16")
+    recognizer(precision="bf16", batch_size=2).decode_manifest(root / "test.jsonl", tmp_path / "bf16", ["ctc"])
     assert json.loads((tmp_path / "bf16" / "rtf.json").read_text())["precision"] == "bf16"
     # auto: resolved before decoding, and rtf.json names what ran
-    decode_manifest(root / "model.pt", root / "test.jsonl", tmp_path / "auto", modes=["ctc"], batch_size=2,
-                    device="cpu", threads=1, precision="auto")
+    recognizer(precision="auto", batch_size=2).decode_manifest(root / "test.jsonl", tmp_path / "auto", ["ctc"])
     assert json.loads((tmp_path / "auto" / "rtf.json").read_text())["precision"] == resolve_precision("auto", "cpu")
 
 

@@ -178,14 +178,15 @@ def test_speaker_cmn_trains_and_decodes_with_each_speakers_mean(tone_corpus, tmp
     from asr_transformer.data.audio import load_utterance
     from asr_transformer.data.features import fbank, speaker_means
     from asr_transformer.data.manifest import read_manifest
-    from asr_transformer.decode.search import decode_manifest, recognize
+    from asr_transformer.decode.search import recognize
+    from asr_transformer.recognizer import Recognizer
 
     run(tone_corpus, tmp_path / "exp", ["train.max_epochs=2", "model.speaker_cmn=true"])
     average_checkpoints(tmp_path / "exp", tmp_path / "model.pt", last=1)
     model, _, cfg = load_package(tmp_path / "model.pt")
     assert cfg.model.speaker_cmn
-    decode_manifest(tmp_path / "model.pt", tone_corpus / "test.jsonl", tmp_path / "dec", modes=["ctc"], batch_size=3,
-                    device="cpu", threads=1, score=False)
+    Recognizer(tmp_path / "model.pt", device="cpu", threads=1, mode="ctc", batch_size=3).decode_manifest(
+        tone_corpus / "test.jsonl", tmp_path / "dec", score=False)
     got = [json.loads(line)["score"] for line in (tmp_path / "dec/hyp.jsonl").read_text().splitlines()]
     utts = read_manifest(tone_corpus / "test.jsonl")
     assert len({u.speaker for u in utts}) == 3

@@ -17,13 +17,14 @@ import pytest
 import soundfile as sf
 import torch
 
-from asr_transformer.config import Config, DecodeConfig, apply_preset
+from asr_transformer.config import Config, apply_preset
 from asr_transformer.data.audio import load_audio, resample
 from asr_transformer.data.tokenizer import train_tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.model.tokens import BLANK, EOS
 from asr_transformer.package import load_package, save_package
-from asr_transformer.transcribe import Segmenter, iter_segments, stream_audio, transcribe
+from asr_transformer.recognizer import Recognizer
+from asr_transformer.transcribe import Segmenter, iter_segments, stream_audio
 
 SR = 16000
 SENTENCES = ["a cab", "bad dab", "add a bead", "cede a deed", "be ace"]
@@ -150,12 +151,14 @@ def test_long_stretch_without_silence_is_cut():
 # ------------------------------------------------------------------------------------- transcribe
 
 
+def ctc_recognizer(package, **options):
+    return Recognizer(package, device="cpu", threads=1, mode="ctc", batch_size=2, **options)
+
+
 def test_transcribe_gives_segments_and_text(package):
-    model, tok, cfg = load_package(package)
     x, truth = tones_with_silences([1.0, 2.0, 0.6])
-    opts = DecodeConfig(mode="ctc", batch_size=2)
     seen = []
-    result = transcribe(model, tok, cfg, x, opts, progress=lambda *a: seen.append(a))
+    result = ctc_recognizer(package).transcribe(x, progress=lambda *a: seen.append(a))
     assert result["duration"] == pytest.approx(x.size / SR)
     assert [s["text"] for s in result["segments"]] == ["a"] * 3
     assert result["text"] == "a a a"
@@ -167,21 +170,22 @@ def test_transcribe_gives_segments_and_text(package):
 
 def test_speaker_cmn_model_normalizes_by_the_files_running_mean(package, monkeypatch):
     """A file is one speaker: each batch gets the mean of the file's segments decoded so far, its own included."""
-    import asr_transformer.decode.search as search
+    import asr_transformer.recognizer as recognizer
     from asr_transformer.data.features import fbank
 
-    model, tok, cfg = load_package(package)
+    rec = ctc_recognizer(package)
+    cfg = rec.config
     x, _ = tones_with_silences([1.0, 2.0, 0.6])
     segments = list(iter_segments(x))
     feats = [fbank(torch.from_numpy(s.audio), cfg.features) for s in segments]
     seen = []
-    recognize = search.recognize
-    monkeypatch.setattr(search, "recognize", lambda *a, **k: seen.append(k["speaker_mean"]) or recognize(*a, **k))
-    transcribe(model, tok, cfg, x, DecodeConfig(mode="ctc", batch_size=2))
+    recognize = recognizer.recognize
+    monkeypatch.setattr(recognizer, "recognize", lambda *a, **k: seen.append(k["speaker_mean"]) or recognize(*a, **k))
+    rec.transcribe(x)
     assert seen == [None, None]  # a model without speaker_cmn
     seen.clear()
     cfg.model.speaker_cmn = True
-    transcribe(model, tok, cfg, x, DecodeConfig(mode="ctc", batch_size=2))
+    rec.transcribe(x)
     assert [m.shape for m in seen] == [(2, cfg.features.num_mel_bins), (1, cfg.features.num_mel_bins)]
     torch.testing.assert_close(seen[0][1], torch.cat(feats[:2]).mean(0))
     torch.testing.assert_close(seen[1][0], torch.cat(feats).mean(0))
@@ -190,14 +194,13 @@ def test_speaker_cmn_model_normalizes_by_the_files_running_mean(package, monkeyp
     seen.clear()
     speaker = CMVNAccumulator(cfg.features.num_mel_bins)
     for _ in range(2):
-        transcribe(model, tok, cfg, x, DecodeConfig(mode="ctc", batch_size=2), speaker=speaker)
+        rec.transcribe(x, speaker=speaker)
     torch.testing.assert_close(seen[2][0], torch.cat(feats + feats[:2]).mean(0))
     assert speaker.frames == 2 * sum(f.size(0) for f in feats)
 
 
 def test_transcribe_silence_gives_empty_result(package):
-    model, tok, cfg = load_package(package)
-    result = transcribe(model, tok, cfg, np.zeros(3 * SR, np.float32), DecodeConfig(mode="ctc"))
+    result = ctc_recognizer(package).transcribe(np.zeros(3 * SR, np.float32))
     assert result == {"text": "", "segments": [], "duration": 3.0}
 
 
@@ -243,7 +246,7 @@ def test_cli_writes_subtitles_that_parse(package, tmp_path):
 
 
 def test_cli_same_speaker_carries_the_mean_across_files(package, tmp_path, monkeypatch):
-    import asr_transformer.decode.search as search
+    import asr_transformer.recognizer as recognizer
 
     model, tok, cfg = load_package(package)
     cfg.model.speaker_cmn = True
@@ -251,8 +254,8 @@ def test_cli_same_speaker_carries_the_mean_across_files(package, tmp_path, monke
     first = write_wav(tmp_path / "first.wav", tones_with_silences([0.8, 1.2])[0])
     second = write_wav(tmp_path / "second.wav", 0.2 * tones_with_silences([1.5], seed=1)[0])
     seen = []
-    recognize = search.recognize
-    monkeypatch.setattr(search, "recognize", lambda *a, **k: seen.append(k["speaker_mean"]) or recognize(*a, **k))
+    recognize = recognizer.recognize
+    monkeypatch.setattr(recognizer, "recognize", lambda *a, **k: seen.append(k["speaker_mean"]) or recognize(*a, **k))
 
     def means(*options):  # the speaker mean each file's (single) batch was normalized with
         seen.clear()
@@ -335,23 +338,18 @@ def test_cli_rejects_bad_options(package, tmp_path):
 
 CHILD = """
 import json, resource, sys, time, tracemalloc
-from dataclasses import replace
-import torch
-from asr_transformer.package import load_package
-from asr_transformer.transcribe import transcribe
+from asr_transformer import Recognizer
 
-torch.set_num_threads(2)
 package, warmup, big = sys.argv[1:4]
-model, tok, cfg = load_package(package)
-opts = replace(cfg.decode, mode="ctc", batch_size=8)
-transcribe(model, tok, cfg, warmup, opts, max_segment=20.0)
+rec = Recognizer(package, device="cpu", threads=2, mode="ctc", batch_size=8)
+rec.transcribe(warmup, max_segment=20.0)
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
 rss0, peak0 = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 tracemalloc.start()
 t0 = time.perf_counter()
-result = transcribe(model, tok, cfg, big, opts, max_segment=20.0)
+result = rec.transcribe(big, max_segment=20.0)
 seconds = time.perf_counter() - t0
 traced_peak = tracemalloc.get_traced_memory()[1]
 tracemalloc.stop()

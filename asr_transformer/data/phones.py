@@ -8,7 +8,8 @@ Ids 0-4 are the reserved specials, 5 is ``▁`` (a word starts, as in sentencepi
 in sorted order. ``encode("the cat")`` gives ``▁ dh ah ▁ k ae t``; a word the lexicon does not know gives
 ``▁ <unk>`` (training leaves such utterances out). ``decode`` maps each word's phones back to the lexicon's
 word with that pronunciation (homophones: the one most frequent in the tokenizer's training texts); a phone
-sequence that is no word's is written as its phones in capitals (``KAET``), so it scores as an error.
+sequence that is no word's becomes the word whose pronunciation is fewest phone edits away, so a transcript
+holds only words.
 
 A phone tokenizer is a directory holding ``tokenizer.json`` (format, unit type ``phone``, normalizer, phones)
 and ``lexicon.txt`` (CMUdict format, homophones in order of preference), both written atomically.
@@ -21,6 +22,8 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable
+
+import numpy as np
 
 from asr_transformer.data.lexicon import ENDING_PHONES, Lexicon, parse_lexicon, pronunciations, read_lexicon
 from asr_transformer.fileio import atomic_open, write_json
@@ -41,6 +44,8 @@ class PhoneTokenizer:
         self._ids = {p: i for i, p in enumerate(self._pieces) if i > MASK}
         self.word_start = self._ids[WORD_START]
         self.word_of: dict[tuple[str, ...], str] = {}  # pronunciation → preferred word
+        self._nearest: dict[tuple[str, ...], str] = {}  # a pronunciation no word has → the nearest word
+        self._table = None  # every pronunciation as phone ids, for `nearest_word`
         for word, prons in lexicon.items():
             for pron in prons:
                 self.word_of.setdefault(pron, word)
@@ -80,7 +85,7 @@ class PhoneTokenizer:
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids → words; special ids are dropped, a phone sequence no word has is written in capitals."""
+        """Ids → words; special ids are dropped, a phone sequence no word has becomes the nearest word."""
         return " ".join(self.word(phones) for phones in self.split_words(ids))
 
     def split_words(self, ids: Iterable[int]) -> list[list[int]]:
@@ -95,9 +100,36 @@ class PhoneTokenizer:
         return words
 
     def word(self, phones: list[int]) -> str:
-        """One word's phone ids → the lexicon's word with that pronunciation, or the phones in capitals."""
+        """One word's phone ids → the lexicon's word with that pronunciation, or else the nearest one's."""
         pron = tuple(self._pieces[i] for i in phones)
-        return self.word_of.get(pron) or "".join(pron).upper()
+        return self.word_of.get(pron) or self.nearest_word(pron)
+
+    def nearest_word(self, pron: tuple[str, ...]) -> str:
+        """The lexicon's word whose pronunciation is the fewest phone edits (insertions, deletions, substitutions)
+        from `pron`; among equals, the preferred one (the lexicon's order). One vectorized edit-distance pass over
+        every pronunciation (tens of milliseconds for CMUdict), cached."""
+        if pron in self._nearest:
+            return self._nearest[pron]
+        if self._table is None:
+            prons = list(self.word_of)
+            table = np.full((len(prons), max(map(len, prons))), -1, np.int32)
+            for row, p in enumerate(prons):
+                table[row, :len(p)] = [self._ids.get(ph, -2) for ph in p]
+            self._table = (prons, table, np.array([len(p) for p in prons]))
+        prons, table, lengths = self._table
+        n, width = len(table), table.shape[1]
+        previous = np.tile(np.arange(width + 1), (n, 1))  # distances from the empty prefix of `pron`
+        for i, phone in enumerate(pron, 1):
+            keep_or_swap = previous[:, :-1] + (table != self._ids.get(phone, -3))
+            best = np.minimum(keep_or_swap, previous[:, 1:] + 1)  # or delete that phone of `pron`
+            current = np.empty_like(previous)
+            current[:, 0] = i
+            for j in range(1, width + 1):  # or insert a candidate's phone
+                current[:, j] = np.minimum(best[:, j - 1], current[:, j - 1] + 1)
+            previous = current
+        word = self.word_of[prons[int(np.argmin(previous[np.arange(n), lengths]))]]
+        self._nearest[pron] = word
+        return word
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self._pieces[int(i)] for i in ids]

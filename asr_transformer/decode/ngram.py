@@ -22,9 +22,12 @@ hypothesis.
 
 from __future__ import annotations
 
+import gzip
+import io
 import math
 import os
 from collections import defaultdict
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
@@ -132,6 +135,18 @@ class NgramLM:
 
         pieces=None reads a word LM (`asr lm --words`): its words get ids in the order the file lists them,
         after the special ids, and `words` maps them."""
+        with open(path, encoding="utf-8") as f:
+            return cls.parse_arpa(f, pieces, path)
+
+    @classmethod
+    def from_packed(cls, packed: bytes, pieces: Sequence[str] | None, where: str) -> "NgramLM":
+        """Read the gzip-compressed ARPA text that `pack_arpa` made (a model package stores LMs so)."""
+        with io.TextIOWrapper(gzip.GzipFile(fileobj=io.BytesIO(packed)), encoding="utf-8") as f:
+            return cls.parse_arpa(f, pieces, where)
+
+    @classmethod
+    def parse_arpa(cls, lines: Iterable[str], pieces: Sequence[str] | None, path) -> "NgramLM":
+        """`read_arpa` of ARPA text lines; `path` names them in errors."""
         if pieces is None:
             ids = {w: i for i, w in SPECIAL_WORDS.items()}
         else:
@@ -140,43 +155,48 @@ class NgramLM:
         prob: dict[int, dict[tuple, dict[int, float]]] = defaultdict(dict)
         backoff: dict[tuple, float] = {}
         order, section = 0, None
-        with open(path, encoding="utf-8") as f:
-            for number, raw in enumerate(f, 1):
-                line = raw.strip()
-                if not line or line.startswith("ngram ") or line == "\\data\\":
-                    continue
-                if line == "\\end\\":
-                    break
-                if line.startswith("\\") and line.endswith("-grams:"):
-                    section = int(line[1:-len("-grams:")])
-                    order = max(order, section)
-                    continue
-                if section is None:
-                    raise NgramError(f"{path}:{number}: expected \\data\\ or an \\N-grams: section")
-                fields = line.split()
-                if len(fields) not in (section + 1, section + 2):
-                    raise NgramError(f"{path}:{number}: a {section}-gram line needs log10 p, {section} words "
-                                     f"and an optional back-off; got {len(fields)} fields")
-                if pieces is None and section == 1 and fields[1] not in ids:
-                    ids[fields[1]] = NUM_SPECIAL + len(ids) - len(SPECIAL_WORDS)
-                try:
-                    gram = tuple(ids[w] for w in fields[1:section + 1])
-                except KeyError as e:
-                    raise NgramError(f"{path}:{number}: word {e.args[0]!r} is not a piece of the model's tokenizer "
-                                     "(train the LM with the same tokenizer: `asr lm`)") from None
-                try:
-                    lp = float(fields[0]) * LN10
-                    if len(fields) == section + 2:
-                        backoff[gram] = float(fields[-1]) * LN10
-                except ValueError:
-                    raise NgramError(f"{path}:{number}: not a number in {line!r}") from None
-                if gram[-1] != SOS:
-                    prob[section].setdefault(gram[:-1], {})[gram[-1]] = lp
+        for number, raw in enumerate(lines, 1):
+            line = raw.strip()
+            if not line or line.startswith("ngram ") or line == "\\data\\":
+                continue
+            if line == "\\end\\":
+                break
+            if line.startswith("\\") and line.endswith("-grams:"):
+                section = int(line[1:-len("-grams:")])
+                order = max(order, section)
+                continue
+            if section is None:
+                raise NgramError(f"{path}:{number}: expected \\data\\ or an \\N-grams: section")
+            fields = line.split()
+            if len(fields) not in (section + 1, section + 2):
+                raise NgramError(f"{path}:{number}: a {section}-gram line needs log10 p, {section} words "
+                                 f"and an optional back-off; got {len(fields)} fields")
+            if pieces is None and section == 1 and fields[1] not in ids:
+                ids[fields[1]] = NUM_SPECIAL + len(ids) - len(SPECIAL_WORDS)
+            try:
+                gram = tuple(ids[w] for w in fields[1:section + 1])
+            except KeyError as e:
+                raise NgramError(f"{path}:{number}: word {e.args[0]!r} is not a piece of the model's tokenizer "
+                                 "(train the LM with the same tokenizer: `asr lm`)") from None
+            try:
+                lp = float(fields[0]) * LN10
+                if len(fields) == section + 2:
+                    backoff[gram] = float(fields[-1]) * LN10
+            except ValueError:
+                raise NgramError(f"{path}:{number}: not a number in {line!r}") from None
+            if gram[-1] != SOS:
+                prob[section].setdefault(gram[:-1], {})[gram[-1]] = lp
         if order == 0:
             raise NgramError(f"{path}: no n-grams (is this an ARPA file?)")
         if pieces is None:
             return cls(order, max(ids.values()) + 1, dict(prob), backoff, words=ids)
         return cls(order, len(pieces), dict(prob), backoff)
+
+
+def pack_arpa(path: str | os.PathLike) -> bytes:
+    """An ARPA file's text, gzip-compressed (deterministically: no name or time in the header), for a model
+    package; `NgramLM.from_packed` reads it back to the same numbers as `NgramLM.read_arpa(path)`."""
+    return gzip.compress(Path(path).read_bytes(), compresslevel=6, mtime=0)
 
 
 def train_ngram(sentences: Iterable[Sequence[int]], vocab_size: int, order: int = 4) -> NgramLM:

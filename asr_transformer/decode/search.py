@@ -1,4 +1,4 @@
-"""One entry point for every decoding mode (`recognize`), and decoding a whole manifest (`decode_manifest`).
+"""One entry point for every decoding mode (`recognize`), and the LMs it fuses (`read_lm`, `fusion_lm`).
 
 Modes and what a hypothesis' score is:
     greedy    autoregressive greedy attention decoding          Σ log p_att (with <eos>)
@@ -16,12 +16,6 @@ Every mode decodes a whole batch of utterances at once.
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from dataclasses import replace
-from pathlib import Path
-
 import torch
 
 from asr_transformer.config import DecodeConfig
@@ -34,7 +28,7 @@ from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.model.tokens import EOS, IGNORE_ID, PAD, SOS
 
-__all__ = ["MODES", "Hypothesis", "recognize", "decode_manifest", "attention_scores", "check_modes", "load_fusion_lm",
+__all__ = ["MODES", "Hypothesis", "recognize", "attention_scores", "check_modes", "read_lm", "fusion_lm",
            "transcriber"]
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
@@ -152,188 +146,48 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
         model.train(was_training)
 
 
-# ------------------------------------------------------------------------------------------ manifests
+# ------------------------------------------------------------------------------------------ LMs
 
 
-def load_lm(path: str | os.PathLike, tokenizer):
-    """Read an ARPA LM whose words are `tokenizer`'s pieces → NgramLM; a clear DecodeError otherwise."""
+def read_lm(source, tokenizer, words: bool, where: str | None = None):
+    """An ARPA LM → NgramLM: over `tokenizer`'s pieces, or a word LM (`asr lm --words`) with `words`.
+
+    source: an ARPA file's path, or the gzip-compressed text a model package stores (bytes; `where` names it).
+    A clear DecodeError when it cannot be read or does not fit the tokenizer."""
     from asr_transformer.decode.ngram import NgramError, NgramLM
+    from asr_transformer.decode.word_lm import WORD_START
 
+    pieces = None if words else tokenizer.pieces(range(tokenizer.vocab_size))
+    flag = "--word-lm" if words else "--lm"
     try:
-        return NgramLM.read_arpa(path, tokenizer.pieces(range(tokenizer.vocab_size)))
+        if isinstance(source, (bytes, bytearray)):
+            lm = NgramLM.from_packed(source, pieces, where or flag)
+        else:
+            lm = NgramLM.read_arpa(source, pieces)
     except (NgramError, OSError, UnicodeDecodeError) as e:
-        raise DecodeError(f"--lm: {e}") from None
+        raise DecodeError(f"{flag}: {e}") from None
+    if words and any(w.startswith(WORD_START) for w in lm.words):
+        raise DecodeError(f"{flag} {where or source}: its words are a tokenizer's pieces; train a word LM with "
+                          "`asr lm --words` (or pass this one as --lm)")
+    return lm
 
 
-def load_fusion_lm(tokenizer, lm: str | os.PathLike | None, lm_weight: float,
-                   word_lm: str | os.PathLike | None = None, word_lm_weight: float = 0.0):
-    """The LM to fuse and the weight to fuse it with: (None, β) without any; (NgramLM, β) with `lm` alone; with
-    `word_lm` (an `asr lm --words` ARPA) a WordBoundaryLM that applies both weights itself, with weight 1 — for a
-    phone model a LexiconLM, which also keeps the search to the words of the word LM."""
-    from asr_transformer.decode.ngram import NgramError, NgramLM
-    from asr_transformer.decode.word_lm import WORD_START, WordBoundaryLM
+def fusion_lm(tokenizer, token_lm=None, lm_weight: float = 0.5, word_lm=None, word_lm_weight: float = 0.0):
+    """The LM to fuse and the weight to fuse it with: (None, β) without any; (token_lm, β) with a token LM alone;
+    with a word LM a WordBoundaryLM that applies both weights itself, with weight 1 — for a phone model a
+    LexiconLM, which also keeps the search to the words of the word LM."""
+    from asr_transformer.decode.word_lm import WordBoundaryLM
 
-    token_lm = load_lm(lm, tokenizer) if lm is not None else None
     if word_lm is None:
         return token_lm, lm_weight
-    try:
-        words = NgramLM.read_arpa(word_lm, None)
-    except (NgramError, OSError, UnicodeDecodeError) as e:
-        raise DecodeError(f"--word-lm: {e}") from None
-    if any(w.startswith(WORD_START) for w in words.words):
-        raise DecodeError(f"--word-lm {word_lm}: its words are a tokenizer's pieces; train a word LM with "
-                          "`asr lm --words` (or pass this one as --lm)")
     if tokenizer.model_type == "phone":
         from asr_transformer.decode.lexicon_lm import LexiconLM
 
-        return LexiconLM(tokenizer, words, word_lm_weight, token_lm, lm_weight), 1.0
-    return WordBoundaryLM(tokenizer.pieces(range(tokenizer.vocab_size)), words, word_lm_weight, token_lm,
+        return LexiconLM(tokenizer, word_lm, word_lm_weight, token_lm, lm_weight), 1.0
+    return WordBoundaryLM(tokenizer.pieces(range(tokenizer.vocab_size)), word_lm, word_lm_weight, token_lm,
                           lm_weight), 1.0
 
 
 def transcriber(tokenizer, lm=None):
     """tokens → text: the tokenizer's decoding, or a LexiconLM's words (the homophones it chose) when it took part."""
     return getattr(lm, "transcript", None) or tokenizer.decode
-
-
-def _pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DecodeError(f"--device {device}: CUDA is not available here; use --device cpu")
-    return dev
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn())
-
-
-def decode_manifest(model_path, manifest, out, modes: list[str], beam: int = 10, ctc_weight: float = 0.3,
-                    length_penalty: float = 0.0, maskctc_iterations: int = 10, maskctc_threshold: float = 0.99,
-                    batch_size: int = 16, device: str = "auto", threads: int = 0, score: bool = True,
-                    nbest: int = 1, max_len_ratio: float | None = None, pre_beam: int | None = None,
-                    precision: str = "fp32", lm: str | os.PathLike | None = None, lm_weight: float = 0.5,
-                    word_lm: str | os.PathLike | None = None, word_lm_weight: float = 0.3) -> dict:
-    """Decode every utterance of `manifest` with each mode in `modes`.
-
-    Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
-    "score"}, and "nbest" when nbest > 1), a Kaldi-style `text` file (`<id> <hyp>`, sorted by id), `rtf.json`
-    (decode wall time of the batches — encoder and search, features excluded — audio seconds, RTF; feature
-    time reported apart; the encoder's `precision`), and with `score`, `result.txt`/`alignments.txt`/`result.json`
-    (asr_transformer.scoring). `lm`: an ARPA n-gram LM over the model's tokens (`asr lm`), fused with weight
-    `lm_weight` in the beam, joint and rescore modes; `word_lm` (`asr lm --words`) adds a word LM at word
-    boundaries with weight `word_lm_weight` (decode/word_lm.py).
-
-    Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
-    """
-    from asr_transformer.data.audio import AudioError, load_utterance
-    from asr_transformer.data.features import fbank, speaker_means
-    from asr_transformer.data.manifest import read_manifest
-    from asr_transformer.fileio import atomic_open, write_json
-    from asr_transformer.package import check_precision, load_package
-    from asr_transformer.scoring import score_dir
-
-    modes = check_modes(modes)
-    if batch_size < 1 or beam < 1:
-        raise DecodeError(f"batch_size and beam must be ≥ 1 (got {batch_size}, {beam})")
-    torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
-    dev = _pick_device(device)
-    try:
-        precision = check_precision(precision, dev)
-    except ValueError as e:
-        raise DecodeError(f"--precision {precision}: {e}") from None
-    model, tokenizer, cfg = load_package(model_path, dev, precision)
-    ngram, fusion_weight = load_fusion_lm(tokenizer, lm, lm_weight, word_lm, word_lm_weight)
-    base = replace(cfg.decode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
-                   maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
-                   nbest=max(1, min(nbest, beam)), batch_size=batch_size, lm_weight=lm_weight)
-    if max_len_ratio is not None:
-        base.max_len_ratio = max_len_ratio
-    utts = read_manifest(manifest)
-    if not utts:
-        raise DecodeError(f"{manifest}: no utterances to decode")
-    order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-
-    def features(i: int) -> tuple[torch.Tensor, float]:
-        """Utterance i's log-mel (T, F) and its audio seconds."""
-        u = utts[i]
-        try:
-            wave = load_utterance(u, cfg.features.sample_rate)
-        except AudioError as e:
-            raise DecodeError(f"{manifest}: utterance '{u.id}': {e}") from None
-        return fbank(torch.from_numpy(wave), cfg.features), len(wave) / cfg.features.sample_rate
-
-    t0 = time.perf_counter()
-    means = None  # model.speaker_cmn: a first pass over the audio for each speaker's mean (no transcripts used)
-    if cfg.model.speaker_cmn:
-        means = speaker_means([u.speaker for u in utts], lambda i: features(i)[0])
-    results: dict[str, dict[int, list[Hypothesis]]] = {m: {} for m in modes}
-    decode_time = dict.fromkeys(modes, 0.0)
-    feature_time, audio_seconds = time.perf_counter() - t0, 0.0
-    with _progress() as bar:
-        task = bar.add_task(f"decode {','.join(modes)}", total=len(utts))
-        for batch in batches:
-            t0 = time.perf_counter()
-            feats, seconds = zip(*(features(i) for i in batch))
-            audio_seconds += sum(seconds)
-            lens = torch.tensor([f.size(0) for f in feats])
-            padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(dev)
-            speaker_mean = None if means is None else torch.stack([means[i] for i in batch]).to(dev)
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            feature_time += time.perf_counter() - t0
-            for m in modes:
-                t0 = time.perf_counter()
-                hyps = recognize(model, padded, lens, replace(base, mode=m, lm_weight=fusion_weight), pre_beam=pre_beam,
-                                 lm=ngram, speaker_mean=speaker_mean)
-                decode_time[m] += time.perf_counter() - t0
-                for i, h in zip(batch, hyps):
-                    results[m][i] = h
-            bar.advance(task, len(batch))
-
-    summary = {}
-    for m in modes:
-        d = Path(out) if len(modes) == 1 else Path(out) / m
-        d.mkdir(parents=True, exist_ok=True)
-        records = []
-        text_of = transcriber(tokenizer, ngram if m in LM_MODES else None)
-        for i, u in enumerate(utts):
-            hyps = results[m][i]
-            rec = {"id": u.id, "text": text_of(hyps[0].tokens), "ref": u.text, "tokens": hyps[0].tokens,
-                   "score": hyps[0].score}
-            if base.nbest > 1:
-                rec["nbest"] = [{"text": text_of(h.tokens), "tokens": h.tokens, "score": h.score} for h in hyps]
-            records.append(rec)
-        with atomic_open(d / "hyp.jsonl") as f:
-            for rec in records:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        with atomic_open(d / "text") as f:
-            for rec in sorted(records, key=lambda r: r["id"]):
-                f.write(f"{rec['id']} {rec['text']}".rstrip() + "\n")
-        rtf = decode_time[m] / max(audio_seconds, 1e-9)
-        info = {"mode": m, "utterances": len(utts), "audio_seconds": round(audio_seconds, 3),
-                "decode_seconds": round(decode_time[m], 4), "rtf": rtf,
-                "feature_seconds": round(feature_time, 4), "feature_rtf": feature_time / max(audio_seconds, 1e-9),
-                "device": str(dev), "threads": torch.get_num_threads(), "batch_size": batch_size,
-                "precision": precision, "lm": str(lm) if lm is not None and m in LM_MODES else None,
-                "lm_order": (ngram.token_lm if word_lm is not None else ngram).order if lm is not None and m in LM_MODES
-                else None,
-                "word_lm": str(word_lm) if word_lm is not None and m in LM_MODES else None,
-                "word_lm_order": ngram.word_lm.order if word_lm is not None and m in LM_MODES else None,
-                "word_lm_weight": word_lm_weight if word_lm is not None and m in LM_MODES else None,
-                "options": {k: v for k, v in vars(replace(base, mode=m)).items()}}
-        write_json(d / "rtf.json", info)
-        summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
-        if score:
-            report = score_dir(d, normalizer=tokenizer.normalizer)
-            summary[m].update(wer=report.wer, cer=report.cer)
-            print(report.summary_table(title=f"{m}  {d}"))
-        print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio on {dev}, "
-              f"{torch.get_num_threads()} threads, {precision} encoder; features {feature_time:.2f} s, "
-              f"RTF {info['feature_rtf']:.4f})")
-    return summary

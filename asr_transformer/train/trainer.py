@@ -30,7 +30,8 @@ from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
 from asr_transformer.data.tokenizer import Tokenizer, load_tokenizer
 from asr_transformer.model.asr import ASRModel
-from asr_transformer.package import resolve_precision
+from asr_transformer.fileio import write_json
+from asr_transformer.package import DATA_SUMMARY, resolve_precision
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.train.pretrained import PretrainedError, load_pretrained
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
@@ -231,6 +232,9 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     say(f"dev:   {dev_counts.summary()}")
     if not train_utts or not dev_utts:
         raise TrainError("nothing left to train or validate on after filtering; see the counts above")
+    if dist.main:  # what the model learns from, for the package's `asr info` (package.average_checkpoints)
+        write_json(exp / DATA_SUMMARY, {"train": _data_summary(train_manifest, train_utts),
+                                         "dev": _data_summary(dev_manifest, dev_utts)})
     sampler = FrameBatchSampler(utterance_frames(train_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
                                 seed=tc.seed, jitter=cfg.data.bucket_width, rank=dist.rank, world=dist.world,
                                 factors=cfg.augment.speed_factors)
@@ -432,6 +436,12 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
         if writer is not None:
             writer.close()
         dist.close()
+
+
+def _data_summary(manifest, utts) -> dict:
+    """A manifest as `asr info` shows it: path, utterances kept for training, hours, speakers."""
+    return {"manifest": str(manifest), "utterances": len(utts), "hours": round(sum(u.duration for u in utts) / 3600, 3),
+            "speakers": len({u.speaker for u in utts})}
 
 
 def _out_of_time(state: Progress, max_minutes: float) -> bool:

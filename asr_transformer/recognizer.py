@@ -1,0 +1,275 @@
+"""A model package loaded once, and the one way to recognize speech with it: arrays, files, manifests.
+
+    from asr_transformer import Recognizer
+    asr = Recognizer("exp/phone/model.pt")
+    print(asr.transcribe("audio.wav")["text"])
+
+A package carries its decoding defaults (mode, beam, weights: `asr package` sets them to the values chosen on
+dev) and the n-gram LMs they use; a `Recognizer` decodes with them unless told otherwise: any `DecodeConfig`
+field as a keyword (`Recognizer(path, beam=5)`), another ARPA file (`lm=`, `word_lm=`), or no LM
+(`lm=False`, `word_lm=False`). `asr decode`, `asr transcribe`, `asr plot` and the benchmarks all decode
+through this class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asr_transformer.config import DecodeConfig
+from asr_transformer.decode import Hypothesis
+from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize,
+                                           transcriber)
+from asr_transformer.package import check_precision, load_package, read_package
+
+def pick_device(device: str) -> torch.device:
+    """"auto" → the first CUDA device if there is one, else the CPU; otherwise `device`, checked."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise DecodeError(f"--device {device}: not a device; use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DecodeError(f"--device {device}: CUDA is not available here; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DecodeError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return dev
+
+
+class Recognizer:
+    """A model package, loaded once, with its decoding setup.
+
+    Args:
+        package: a model package (`asr average`, `asr package`).
+        device: cpu, cuda, cuda:N or auto. threads: CPU threads for torch (0: all cores).
+        precision: fp32 | bf16 | fp16 | int8 | auto (`package.load_package`).
+        lm, word_lm: the token / word n-gram LM: None (default) the package's own, if it has one; False none;
+            a path: that ARPA file (`asr lm`, `asr lm --words`).
+        options: DecodeConfig fields that override the package's decoding defaults.
+    Attributes:
+        model (ASRModel), tokenizer, config (the package's Config), options (the DecodeConfig in use), device,
+        precision, lms ({"lm" | "word_lm": where it came from}).
+    """
+
+    def __init__(self, package: str | os.PathLike, *, device: str = "auto", precision: str = "fp32",
+                 threads: int = 0, lm: str | os.PathLike | bool | None = None,
+                 word_lm: str | os.PathLike | bool | None = None, **options):
+        torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
+        self.path = Path(package)
+        self.device = pick_device(device)
+        try:
+            self.precision = check_precision(precision, self.device)
+        except ValueError as e:
+            raise DecodeError(f"--precision {precision}: {e}") from None
+        state = read_package(self.path)
+        self.model, self.tokenizer, self.config = load_package(self.path, self.device, self.precision, state)
+        known = {f.name for f in fields(DecodeConfig)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise DecodeError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        self.options = replace(self.config.decode, **options)
+        check_modes(self.options.mode)
+        if self.options.beam < 1 or self.options.batch_size < 1:
+            raise DecodeError(f"beam and batch_size must be at least 1 (got {self.options.beam}, "
+                              f"{self.options.batch_size})")
+        self.lms: dict[str, str] = {}
+        loaded = {kind: self._read_lm(kind, source, state) for kind, source in (("lm", lm), ("word_lm", word_lm))}
+        self.fusion, self.fusion_weight = fusion_lm(self.tokenizer, loaded["lm"], self.options.lm_weight,
+                                                    loaded["word_lm"], self.options.word_lm_weight)
+
+    def _read_lm(self, kind: str, source, state: dict):
+        """The NgramLM of `kind` from `source` (see the class docstring), or None."""
+        if source is False:
+            return None
+        if source is None or source is True:
+            stored = (state.get("lms") or {}).get(kind)
+            if stored is None:
+                if source is True:
+                    raise DecodeError(f"{self.path}: the package holds no {kind.replace('_', ' ')}")
+                return None
+            self.lms[kind] = f"{stored['name']} (in the package)"
+            return read_lm(stored["arpa_gz"].numpy().tobytes(), self.tokenizer, kind == "word_lm",
+                           f"{self.path}:{stored['name']}")
+        self.lms[kind] = str(source)
+        return read_lm(source, self.tokenizer, kind == "word_lm")
+
+    # ---------------------------------------------------------------------------------------- batches
+
+    def features(self, wave: np.ndarray) -> torch.Tensor:
+        """16 kHz mono samples (N,) → raw log-mel features (T, F) (the model applies its CMVN)."""
+        from asr_transformer.data.features import fbank
+
+        return fbank(torch.from_numpy(np.ascontiguousarray(wave, dtype=np.float32)), self.config.features)
+
+    def recognize(self, feats: torch.Tensor, feat_lens: torch.Tensor, mode: str | None = None,
+                  speaker_mean: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+        """Decode a batch: feats (B, T, F) raw log-mel, feat_lens (B,) → per utterance its n-best, best first.
+        `mode` overrides the options' mode; the LMs take part in the modes that fuse one (beam, joint, rescore);
+        speaker_mean (B, F) as `search.recognize`."""
+        opts = replace(self.options, mode=mode or self.options.mode, lm_weight=self.fusion_weight)
+        return recognize(self.model, feats, feat_lens, opts, lm=self.fusion, speaker_mean=speaker_mean)
+
+    def text(self, tokens: list[int], mode: str | None = None) -> str:
+        """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,
+        else the tokenizer's nearest words)."""
+        mode = mode or self.options.mode
+        return transcriber(self.tokenizer, self.fusion if mode in LM_MODES else None)(tokens)
+
+    def recognize_arrays(self, waves: list[np.ndarray], mode: str | None = None) -> list[str]:
+        """Utterances of 16 kHz mono samples, each decoded whole, in batches of `options.batch_size` → texts.
+        For long recordings use `transcribe`, which splits at silences."""
+        texts = []
+        for i in range(0, len(waves), self.options.batch_size):
+            feats = [self.features(w) for w in waves[i:i + self.options.batch_size]]
+            lens = torch.tensor([f.size(0) for f in feats])
+            padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+            texts += [self.text(h[0].tokens, mode) for h in self.recognize(padded, lens, mode)]
+        return texts
+
+    # ------------------------------------------------------------------------------------------ files
+
+    def transcribe(self, audio, *, max_segment: float = 20.0, progress=None, speaker=None) -> dict:
+        """One audio file of any length (a path, the bytes of a file, or a 1-D float32 array at 16 kHz) →
+        {"text", "segments": [{"start", "end", "text", "score"}], "duration"}; see `transcribe.transcribe`."""
+        from asr_transformer.transcribe import transcribe
+
+        return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker)
+
+    # -------------------------------------------------------------------------------------- manifests
+
+    def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
+                        score: bool = True) -> dict:
+        """Decode every utterance of a manifest with each of `modes` (default: the options' mode).
+
+        Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
+        "score"}, and "nbest" when options.nbest > 1), a Kaldi-style `text` file (`<id> <hyp>`, sorted by id),
+        `rtf.json` (decode wall time of the batches — encoder and search, features excluded — audio seconds,
+        RTF; feature time apart; precision, options and LMs), and with `score`, `result.txt`/`alignments.txt`/
+        `result.json` (asr_transformer.scoring).
+        Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
+        """
+        from asr_transformer.data.features import speaker_means
+        from asr_transformer.data.manifest import read_manifest
+
+        modes = check_modes(modes or [self.options.mode])
+        utts = read_manifest(manifest)
+        if not utts:
+            raise DecodeError(f"{manifest}: no utterances to decode")
+        order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
+        size = self.options.batch_size
+        batches = [order[i:i + size] for i in range(0, len(order), size)]
+
+        def features(i: int) -> tuple[torch.Tensor, float]:
+            """Utterance i's log-mel (T, F) and its audio seconds."""
+            from asr_transformer.data.audio import AudioError, load_utterance
+
+            u = utts[i]
+            try:
+                wave = load_utterance(u, self.config.features.sample_rate)
+            except AudioError as e:
+                raise DecodeError(f"{manifest}: utterance '{u.id}': {e}") from None
+            return self.features(wave), len(wave) / self.config.features.sample_rate
+
+        t0 = time.perf_counter()
+        means = None  # model.speaker_cmn: a first pass over the audio for each speaker's mean (no transcripts used)
+        if self.config.model.speaker_cmn:
+            means = speaker_means([u.speaker for u in utts], lambda i: features(i)[0])
+        results: dict[str, dict[int, list[Hypothesis]]] = {m: {} for m in modes}
+        decode_time = dict.fromkeys(modes, 0.0)
+        feature_time, audio_seconds = time.perf_counter() - t0, 0.0
+        with _progress() as bar:
+            task = bar.add_task(f"decode {','.join(modes)}", total=len(utts))
+            for batch in batches:
+                t0 = time.perf_counter()
+                feats, seconds = zip(*(features(i) for i in batch))
+                audio_seconds += sum(seconds)
+                lens = torch.tensor([f.size(0) for f in feats])
+                padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
+                speaker_mean = None if means is None else torch.stack([means[i] for i in batch]).to(self.device)
+                self._synchronize()
+                feature_time += time.perf_counter() - t0
+                for m in modes:
+                    t0 = time.perf_counter()
+                    hyps = self.recognize(padded, lens, m, speaker_mean)
+                    self._synchronize()
+                    decode_time[m] += time.perf_counter() - t0
+                    results[m].update(zip(batch, hyps))
+                bar.advance(task, len(batch))
+
+        summary = {}
+        for m in modes:
+            d = Path(out) if len(modes) == 1 else Path(out) / m
+            self._write_hypotheses(d, m, utts, results[m])
+            rtf = decode_time[m] / max(audio_seconds, 1e-9)
+            feature_rtf = feature_time / max(audio_seconds, 1e-9)
+            self._write_rtf(d, m, len(utts), audio_seconds, decode_time[m], feature_time)
+            summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
+            if score:
+                from asr_transformer.scoring import score_dir
+
+                report = score_dir(d, normalizer=self.tokenizer.normalizer)
+                summary[m].update(wer=report.wer, cer=report.cer)
+                print(report.summary_table(title=f"{m}  {d}"))
+            print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio on "
+                  f"{self.device}, {torch.get_num_threads()} threads, {self.precision}; features "
+                  f"{feature_time:.2f} s, RTF {feature_rtf:.4f})")
+        return summary
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _write_hypotheses(self, d: Path, mode: str, utts, hyps: dict[int, list[Hypothesis]]) -> None:
+        """hyp.jsonl and a Kaldi `text` file in `d`, atomically."""
+        from asr_transformer.fileio import atomic_open
+
+        records = []
+        for i, u in enumerate(utts):
+            best = hyps[i][0]
+            rec = {"id": u.id, "text": self.text(best.tokens, mode), "ref": u.text, "tokens": best.tokens,
+                   "score": best.score}
+            if self.options.nbest > 1:
+                rec["nbest"] = [{"text": self.text(h.tokens, mode), "tokens": h.tokens, "score": h.score}
+                                for h in hyps[i]]
+            records.append(rec)
+        with atomic_open(d / "hyp.jsonl") as f:
+            for rec in records:
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        with atomic_open(d / "text") as f:
+            for rec in sorted(records, key=lambda r: r["id"]):
+                f.write(f"{rec['id']} {rec['text']}".rstrip() + "\n")
+
+    def _write_rtf(self, d: Path, mode: str, utterances: int, audio_seconds: float, decode_seconds: float,
+                   feature_seconds: float) -> None:
+        """rtf.json: speed, and everything that decided the hypotheses (precision, options, LMs)."""
+        from asr_transformer.fileio import write_json
+
+        fused = mode in LM_MODES
+        token_lm = getattr(self.fusion, "token_lm", self.fusion) if fused else None
+        word_lm = getattr(self.fusion, "word_lm", None) if fused else None
+        write_json(d / "rtf.json", {
+            "mode": mode, "utterances": utterances, "audio_seconds": round(audio_seconds, 3),
+            "decode_seconds": round(decode_seconds, 4), "rtf": decode_seconds / max(audio_seconds, 1e-9),
+            "feature_seconds": round(feature_seconds, 4), "feature_rtf": feature_seconds / max(audio_seconds, 1e-9),
+            "device": str(self.device), "threads": torch.get_num_threads(), "batch_size": self.options.batch_size,
+            "precision": self.precision, "model": str(self.path),
+            "lm": self.lms.get("lm") if token_lm is not None else None,
+            "lm_order": token_lm.order if token_lm is not None else None,
+            "word_lm": self.lms.get("word_lm") if word_lm is not None else None,
+            "word_lm_order": word_lm.order if word_lm is not None else None,
+            "word_lm_weight": self.options.word_lm_weight if word_lm is not None else None,
+            "options": vars(replace(self.options, mode=mode))})
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn())
