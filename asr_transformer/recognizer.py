@@ -55,7 +55,7 @@ class Recognizer:
         options: DecodeConfig fields that override the package's decoding defaults.
     Attributes:
         model (ASRModel), tokenizer, config (the package's Config), options (the DecodeConfig in use), device,
-        precision, lms ({"lm" | "word_lm": where it came from}).
+        precision, lms ({"lm" | "word_lm": the file it came from: its name when the package stores it}).
     """
 
     def __init__(self, package: str | os.PathLike, *, device: str = "auto", precision: str = "fp32",
@@ -94,7 +94,7 @@ class Recognizer:
                 if source is True:
                     raise DecodeError(f"{self.path}: the package holds no {kind.replace('_', ' ')}")
                 return None
-            self.lms[kind] = f"{stored['name']} (in the package)"
+            self.lms[kind] = stored["name"]
             return read_lm(stored["arpa_gz"].numpy().tobytes(), self.tokenizer, kind == "word_lm",
                            f"{self.path}:{stored['name']}")
         self.lms[kind] = str(source)

@@ -1,4 +1,4 @@
-# Stages shared by every recipe: tokenizer → train → average → decode → score.
+# Stages shared by every recipe: tokenizer → train → average → package → decode → score.
 # A recipe's Makefile sets its variables, defines how $(DATA)/summary.json is prepared, then
 # includes this file. Each stage is a file target, so `make` skips what is complete and a
 # re-run resumes (training resumes exactly from its last checkpoint).
@@ -21,10 +21,11 @@ THREADS ?= 0
 TRAIN_ARGS ?=
 TRAIN_SET ?= train
 TEST    ?= test
-# LM_ORDER > 0: train a token n-gram LM of that order on the training texts (`asr lm`) and decode
-# $(LM_MODES) with it again (shallow fusion, weight LM_WEIGHT, length bonus LM_LENGTH_PENALTY, beam
-# LM_BEAM) into $(EXP)/decode_$(TEST)_lm, beside the decoding without it. LM_TEXT: more plain-text
-# files (one text a line) for the LM, never a test set's.
+# The model package ($(EXP)/model.pt) decodes with LM_MODES at beam LM_BEAM, CTC weight CTC_WEIGHT and length
+# bonus LM_LENGTH_PENALTY by default. LM_ORDER > 0: a token n-gram LM of that order on the training texts
+# (`asr lm`), stored in the package and fused with weight LM_WEIGHT; dev and test are then decoded with the
+# package's setup into $(EXP)/decode_{dev,$(TEST)}_lm, beside the decoding without LMs. LM_TEXT: more
+# plain-text files (one text a line) for the LM, never a test set's.
 LM_ORDER ?= 0
 LM_TEXT ?=
 LM_WEIGHT ?= 0.3
@@ -33,7 +34,7 @@ LM_MODES ?= joint
 LM_BEAM ?= $(BEAM)
 LM      ?= $(DATA)/lm_$(LM_ORDER)gram.arpa
 # WORD_LM_ORDER > 0: also (or, with LM_ORDER 0, only) a word n-gram LM of that order (`asr lm --words`) on the
-# training texts and WORD_LM_TEXT, added where a word ends with weight WORD_LM_WEIGHT in that same LM decoding.
+# training texts and WORD_LM_TEXT, stored in the package and added where a word ends with weight WORD_LM_WEIGHT.
 WORD_LM_ORDER ?= 0
 WORD_LM_TEXT ?= $(LM_TEXT)
 WORD_LM_WEIGHT ?= 0.3
@@ -46,7 +47,7 @@ CLEAN_MORE ?=
 PRETRAINED ?=
 INIT_MODULES ?= encoder
 
-.PHONY: all prepare tokenizer lm word_lm train average decode score plot clean
+.PHONY: all prepare tokenizer lm word_lm train average package decode score plot clean
 
 prepare: $(DATA)/summary.json
 
@@ -69,24 +70,39 @@ $(EXP)/train.done: $(TOKENIZER)/tokenizer.json $(CONF) $(PRETRAINED)
 		$(if $(PRETRAINED),--set train.init_from=$(PRETRAINED) --set 'train.init_modules=[$(INIT_MODULES)]') $(TRAIN_ARGS)
 	touch $@
 
-average: $(EXP)/model.pt
-$(EXP)/model.pt: $(EXP)/train.done
+average: $(EXP)/averaged.pt
+$(EXP)/averaged.pt: $(EXP)/train.done
 	$(ASR) average $(EXP) $(AVERAGE) --out $@
 
+# The model package: the averaged weights with the decoding setup chosen on dev (LM_MODES at LM_BEAM, CTC_WEIGHT,
+# LM_LENGTH_PENALTY) and the LMs it uses stored inside, so that `asr decode`/`asr transcribe` need no flags.
+LMS = $(if $(filter-out 0,$(LM_ORDER)),$(LM)) $(if $(filter-out 0,$(WORD_LM_ORDER)),$(WORD_LM))
+package: $(EXP)/model.pt
+$(EXP)/model.pt: $(EXP)/averaged.pt $(LMS)
+	$(ASR) package $(EXP)/averaged.pt --out $@ --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
+		--length-penalty $(LM_LENGTH_PENALTY) $(if $(filter-out 0,$(LM_ORDER)),--lm $(LM) --lm-weight $(LM_WEIGHT)) \
+		$(if $(filter-out 0,$(WORD_LM_ORDER)),--word-lm $(WORD_LM) --word-lm-weight $(WORD_LM_WEIGHT))
+
+# Decodings depend on what the package is made of, and only come after it (|): recording validated results in
+# the package (below) does not make them stale.
 decode: $(EXP)/decode_$(TEST)/done
-$(EXP)/decode_$(TEST)/done: $(EXP)/model.pt
-	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(MODES) --beam $(BEAM) --ctc-weight $(CTC_WEIGHT) --threads $(THREADS) \
-		--out $(EXP)/decode_$(TEST) --no-score
+$(EXP)/decode_$(TEST)/done: $(EXP)/averaged.pt | $(EXP)/model.pt
+	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(MODES) --beam $(BEAM) --ctc-weight $(CTC_WEIGHT) \
+		--length-penalty 0 --no-lm --threads $(THREADS) --out $(EXP)/decode_$(TEST) --no-score
 	touch $@
 
 ifneq ($(LM_ORDER)$(WORD_LM_ORDER),00)
-decode: $(EXP)/decode_$(TEST)_lm/done
-$(EXP)/decode_$(TEST)_lm/done: $(EXP)/model.pt $(if $(filter-out 0,$(LM_ORDER)),$(LM)) \
-		$(if $(filter-out 0,$(WORD_LM_ORDER)),$(WORD_LM))
-	$(ASR) decode $(EXP)/model.pt $(DATA)/$(TEST).jsonl --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
-		$(if $(filter-out 0,$(LM_ORDER)),--lm $(LM) --lm-weight $(LM_WEIGHT)) --length-penalty $(LM_LENGTH_PENALTY) --threads $(THREADS) \
-		$(if $(filter-out 0,$(WORD_LM_ORDER)),--word-lm $(WORD_LM) --word-lm-weight $(WORD_LM_WEIGHT)) \
-		--out $(EXP)/decode_$(TEST)_lm --no-score
+# With LMs: dev and test decoded with the package's own setup, no decoding flags; both results go into the package.
+decode: $(EXP)/decode_$(TEST)_lm/done $(EXP)/validated
+$(EXP)/decode_%_lm/done: $(EXP)/averaged.pt $(LMS) | $(EXP)/model.pt
+	$(ASR) decode $(EXP)/model.pt $(DATA)/$*.jsonl --threads $(THREADS) --out $(EXP)/decode_$*_lm --no-score
+	touch $@
+
+$(EXP)/validated: $(EXP)/decode_dev_lm/done $(EXP)/decode_$(TEST)_lm/done
+	$(ASR) score $(EXP)/decode_dev_lm > /dev/null
+	$(ASR) score $(EXP)/decode_$(TEST)_lm > /dev/null
+	$(ASR) package $(EXP)/model.pt --out $(EXP)/model.pt --result dev=$(EXP)/decode_dev_lm \
+		--result $(TEST)=$(EXP)/decode_$(TEST)_lm > /dev/null
 	touch $@
 endif
 

@@ -249,7 +249,7 @@ def section(recipe: Path, exp: Path) -> str:
         lines.append(f"- Pretraining (`{pre_conf}`, vocabulary {pre_cfg['model']['vocab_size']}; this model "
                      f"starts from its {taken} in `{init}`): {training_summary(pre_log, pre_cfg['train'])}")
     model_info = exp / "model.pt"
-    lines.append(f"- Package: `{model_info.relative_to(recipe)}` (`asr average`)")
+    lines.append(f"- Package: `{model_info.relative_to(recipe)}` (`asr average`, `asr package`)")
     for decode_dir in sorted(exp.glob("decode_*")):
         lines += ["", f"Decoding `{decode_dir.name}`:", "",
                   "| mode | CER % | WER % | SER % | RTF | threads |", "|---|---|---|---|---|---|"]

@@ -1,6 +1,7 @@
 """The default recipe's stages wired end to end, in miniature (a few utterances, a tiny model)."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -44,9 +45,15 @@ def test_default_recipe_in_miniature(tmp_path):
         assert 0.0 <= scores["wer"] and "utterances" in json.dumps(scores)
         assert (exp / "decode_test" / mode / "rtf.json").exists()
         assert (exp / "decode_test" / mode / "text").exists()
-    lm_run = json.loads((exp / "decode_test_lm" / "rtf.json").read_text())  # LM_MODES decoded again with the LM
-    assert lm_run["mode"] == "beam" and lm_run["lm"] == str(data / "lm_2gram.arpa")
-    assert (exp / "decode_test_lm" / "result.json").exists() and (data / "lm_2gram.arpa").exists()
+    # the package holds the LM and LM_MODES' setup: dev and test decoded with it and no decoding flags
+    assert "--no-score" in result.stdout and f"decode {exp}/model.pt {data}/test.jsonl --threads 1 --out" in result.stdout
+    for split in ("dev", "test"):
+        lm_run = json.loads((exp / f"decode_{split}_lm" / "rtf.json").read_text())
+        assert lm_run["mode"] == "beam" and lm_run["lm"] == "lm_2gram.arpa" and lm_run["options"]["lm_weight"] == 0.2
+        assert (exp / f"decode_{split}_lm" / "result.json").exists() and (data / "lm_2gram.arpa").exists()
+    info = subprocess.run([str(asr), "info", str(exp / "model.pt")], capture_output=True, text=True).stdout
+    assert "mode beam, beam 2, CTC weight 0.5, length bonus 0, LM weight 0.2" in info
+    assert re.search(r"dev: +WER [\d.]+ %.*\n.*test: +WER [\d.]+ %, CER [\d.]+ % on 6 utterances \(decoded with these", info)
     train_texts = len((data / "train.jsonl").read_text().splitlines()) - 1  # less the header line
     assert f"2-gram LM from {train_texts + 2} sentences" in result.stdout  # the training texts and LM_TEXT's 2
     assert "WORD" in result.stdout or "Snt" in result.stdout  # the score table was printed
@@ -68,6 +75,7 @@ def test_default_recipe_in_miniature(tmp_path):
             ) in text  # data.min_duration=0.1 is the default; LM_BEAM is BEAM, so not repeated
     assert "1 epochs (of train.max_epochs=2: what fitted in train.max_minutes=0.0001)" in text
     assert "| greedy |" in text and "| ctc |" in text and "| beam + 2-gram LM `lm_2gram.arpa` (beam 2, weight 0.2, length bonus 0) |" in text
+    assert "(`asr average`, `asr package`)" in text
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

@@ -1,0 +1,137 @@
+"""The model package as a complete recognizer: decoding defaults and LMs inside (`asr package`), decoded with no
+flags to the same hypotheses as the flags give, `asr info`, the README's Python lines, and int8."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import typer
+from typer.testing import CliRunner
+
+from asr_transformer.cli import app
+
+SETTING = ["--mode", "joint", "--beam", "3", "--ctc-weight", "0.4", "--length-penalty", "0.5", "--lm-weight", "0.3",
+           "--word-lm-weight", "0.6"]
+
+
+def asr(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def packaged(tiny_package, tmp_path_factory):
+    """tiny_package with a token 3-gram and a word 2-gram LM, packaged with SETTING as its decoding defaults."""
+    root, tmp = tiny_package, tmp_path_factory.mktemp("packaged")
+    asr("lm", root / "test.jsonl", "--tokenizer", root / "tok", "--order", "3", "--out", tmp / "lm.arpa")
+    asr("lm", root / "test.jsonl", "--tokenizer", root / "tok", "--order", "2", "--words", "--out", tmp / "words.arpa")
+    asr("package", root / "model.pt", "--out", tmp / "model.pt", "--lm", tmp / "lm.arpa", "--word-lm",
+        tmp / "words.arpa", *SETTING)
+    return tmp
+
+
+def hypotheses(folder):
+    return [(r["id"], r["text"], r["tokens"], r["score"])
+            for r in map(json.loads, (folder / "hyp.jsonl").read_text().splitlines())]
+
+
+def test_package_decodes_with_no_flags_as_the_flags_do(tiny_package, packaged):
+    common = ["--threads", "1", "--device", "cpu", "--batch-size", "2"]
+    asr("decode", packaged / "model.pt", tiny_package / "test.jsonl", "--out", packaged / "inside", *common)
+    asr("decode", tiny_package / "model.pt", tiny_package / "test.jsonl", "--out", packaged / "flags", *SETTING,
+        "--lm", packaged / "lm.arpa", "--word-lm", packaged / "words.arpa", *common)
+    inside = hypotheses(packaged / "inside")
+    assert inside == hypotheses(packaged / "flags") and len(inside) == 4
+    rtf = json.loads((packaged / "inside" / "rtf.json").read_text())
+    assert rtf["mode"] == "joint" and rtf["options"]["beam"] == 3 and rtf["options"]["word_lm_weight"] == 0.6
+    assert rtf["lm"] == "lm.arpa" and rtf["word_lm"] == "words.arpa" and rtf["word_lm_order"] == 2
+    # the LMs took part: without them the scores differ; every default stays overridable
+    asr("decode", packaged / "model.pt", tiny_package / "test.jsonl", "--out", packaged / "no_lm", "--no-lm", *common)
+    assert [h[3] for h in hypotheses(packaged / "no_lm")] != [h[3] for h in inside]
+    asr("decode", packaged / "model.pt", tiny_package / "test.jsonl", "--out", packaged / "ctc", "--mode", "ctc",
+        *common)
+    assert json.loads((packaged / "ctc" / "rtf.json").read_text())["lm"] is None  # ctc fuses no LM
+
+
+def test_transcribe_takes_the_package_setup_and_every_decoding_option(tiny_package, packaged, tmp_path):
+    from asr_transformer.recognizer import Recognizer
+
+    wave = (0.3 * np.sin(2 * np.pi * 250 * np.arange(16000) / 16000) * (np.arange(16000) > 4000)).astype(np.float32)
+    sf.write(tmp_path / "a.wav", wave, 16000)
+    text = asr("transcribe", tmp_path / "a.wav", "--model", packaged / "model.pt", "--threads", "1").stdout.strip()
+    flags = asr("transcribe", tmp_path / "a.wav", "--model", tiny_package / "model.pt", "--threads", "1", *SETTING,
+                "--lm", packaged / "lm.arpa", "--word-lm", packaged / "words.arpa").stdout.strip()
+    assert text == flags
+    rec = Recognizer(packaged / "model.pt", device="cpu", threads=1)
+    assert rec.transcribe(tmp_path / "a.wav")["text"] == text and rec.options.ctc_weight == 0.4
+    assert rec.lms == {"lm": "lm.arpa", "word_lm": "words.arpa"}
+    assert Recognizer(packaged / "model.pt", device="cpu", beam=1, word_lm=False).options.beam == 1
+    # asr transcribe accepts every decoding option of asr decode (output options aside)
+    commands = typer.main.get_command(app).commands
+    options = {name: {o for p in commands[name].params for o in p.opts if o.startswith("--")}
+               for name in ("decode", "transcribe")}
+    assert options["decode"] - options["transcribe"] == {"--out", "--score", "--nbest"}  # what decode writes
+    assert "--mode" in options["transcribe"] and "--maskctc-threshold" in options["transcribe"]
+
+
+def test_info_shows_what_the_package_holds(tiny_package, packaged, tmp_path):
+    out = asr("info", packaged / "model.pt").stdout
+    assert "2 Transformer (pre-LN) encoder blocks" in out and "units:      char" in out
+    assert "mode joint, beam 3, CTC weight 0.4, length bonus 0.5, LM weight 0.3, word LM weight 0.6" in out
+    assert re.search(r"token LM +lm\.arpa: 3-gram, [\d,]+ \+ [\d,]+ \+ [\d,]+ n-grams", out)
+    assert re.search(r"word LM +words\.arpa: 2-gram", out)
+    # a validated result recorded from a decoding of the package itself
+    folder = packaged / "inside_scored"
+    asr("decode", packaged / "model.pt", tiny_package / "test.jsonl", "--out", folder, "--threads", "1")
+    asr("package", packaged / "model.pt", "--out", tmp_path / "validated.pt", "--result", f"test={folder}")
+    out = asr("info", tmp_path / "validated.pt").stdout
+    assert re.search(r"test: +WER [\d.]+ %, CER [\d.]+ % on 4 utterances \(decoded with these defaults\)", out)
+    # --no-lm removes the LMs; a bad --result is one line
+    asr("package", tmp_path / "validated.pt", "--out", tmp_path / "bare.pt", "--no-lm")
+    assert "LMs:        none" in asr("info", tmp_path / "bare.pt").stdout
+    for bad in (["--result", "test"], ["--result", f"dev={tmp_path}"], ["--mode", "fast"]):
+        result = CliRunner().invoke(app, ["package", str(packaged / "model.pt"), "--out", str(tmp_path / "x.pt"), *bad])
+        assert result.exit_code == 1 and "error" in result.output and "Traceback" not in result.output, bad
+
+
+def test_readme_python_lines(packaged):
+    """The three lines README.md shows, run as written there (the package and audio paths replaced)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"```python\n(from asr_transformer import Recognizer\n.*?)```", text, re.S).group(1)
+    wave = (0.3 * np.sin(2 * np.pi * 300 * np.arange(12000) / 16000)).astype(np.float32)
+    sf.write(packaged / "audio.wav", wave, 16000)
+    code = block.replace('"exp/phone/model.pt"', repr(str(packaged / "model.pt"))).replace(
+        '"audio.wav"', repr(str(packaged / "audio.wav")))
+    printed = []
+    exec(compile(code, "README.md", "exec"), {"print": printed.append})
+    assert len(printed) == 1 and isinstance(printed[0], str)
+
+
+def test_int8_quantizes_the_linear_layers_and_stays_close(tiny_package):
+    from asr_transformer.recognizer import Recognizer
+
+    fp32 = Recognizer(tiny_package / "model.pt", device="cpu", threads=1)
+    int8 = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, precision="int8")
+    layers = [*int8.model.encoder.modules(), *int8.model.decoder.modules()]
+    assert not any(isinstance(m, torch.nn.Linear) for m in layers)
+    quantized = [m for m in layers if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert len(quantized) == sum(isinstance(m, torch.nn.Linear) for m in [*fp32.model.encoder.modules(),
+                                                                         *fp32.model.decoder.modules()])
+    feats = torch.randn(2, 120, 80)
+    lens = torch.tensor([120, 90])
+    with torch.inference_mode():
+        a, a_lens = fp32.model.encode(feats, lens)
+        b, b_lens = int8.model.encode(feats, lens)
+        assert torch.equal(a_lens, b_lens)
+        err = (fp32.model.ctc_log_probs(a).exp() - int8.model.ctc_log_probs(b).exp()).abs().max().item()
+    assert 0 < err < 0.05  # quantized, so not equal; close in probability
+    with pytest.raises(Exception, match="int8 runs on the CPU only"):
+        from asr_transformer.package import check_precision
+        check_precision("int8", "cuda")
