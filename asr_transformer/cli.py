@@ -416,7 +416,18 @@ PRECISION = typer.Option("fp32", help=PRECISION_HELP)
 
 def _recognizer(model: Path, device: str, threads: int, precision: str, lm: Optional[Path], word_lm: Optional[Path],
                 no_lm: bool, **options):
-    """A Recognizer for the command line: options left at None keep the package's; errors are one line."""
+    """A Recognizer for the command line: options left at None keep the package's; errors are one line. An
+    `asr export` folder gives an ExportedRecognizer (onnxruntime, no PyTorch)."""
+    from asr_transformer.exported import ExportError, ExportedRecognizer, is_exported
+
+    if is_exported(model):
+        if lm is not None or word_lm is not None or precision != "fp32" or device not in ("auto", "cpu"):
+            _fail(f"{model} is an export (onnxruntime on the CPU): it takes no --lm, --word-lm, --precision or --device "
+                  "(export with --int8 for int8)")
+        try:
+            return ExportedRecognizer(model, threads, **{k: v for k, v in options.items() if v is not None})
+        except (ExportError, OSError, KeyError) as e:
+            _fail(str(e))
     from asr_transformer.decode.search import DecodeError
     from asr_transformer.recognizer import Recognizer
     from asr_transformer.train.checkpoint import CheckpointError
@@ -528,6 +539,34 @@ def package_(
         _fail(f"{e.filename or model}: {e.strerror or e}")
     typer.echo(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
     _print_info(out)
+
+
+@app.command("export")
+def export_(
+    model: Path = typer.Argument(..., help="Model package."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder to write the export into."),
+    fmt: str = typer.Option("onnx", "--format", help="onnx (runs with onnxruntime) or torchscript."),
+    int8: bool = typer.Option(False, "--int8", help="Quantize the ONNX graphs' weights to int8."),
+    mode: Optional[str] = typer.Option(None, help="The export's default decoding mode: ctc, ctc_beam, rescore or "
+                                       "greedy [default: the package's, if one of these, else rescore]."),
+):
+    """Export a model package for inference without this toolkit's PyTorch code: the encoder with its CTC head and
+    the decoder step with its key/value cache (dynamic batch and time axes), the tokenizer and the decoding
+    defaults beside them. `asr transcribe --model FOLDER` runs an ONNX export with onnxruntime."""
+    from asr_transformer.export import export_package
+    from asr_transformer.exported import EXPORTED_MODES
+    from asr_transformer.train.checkpoint import CheckpointError
+
+    if mode is not None and mode not in EXPORTED_MODES:
+        _fail(f"--mode {mode}: an export decodes with {', '.join(EXPORTED_MODES)}")
+    try:
+        sizes = export_package(model, out, fmt, int8, mode)
+    except (CheckpointError, ValueError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"{e.filename or model}: {e.strerror or e}")
+    for name, size in sizes.items():
+        typer.echo(f"{out / name}: {size / 1e6:.1f} MB")
 
 
 @app.command()

@@ -122,16 +122,26 @@ class Recognizer:
         mode = mode or self.options.mode
         return transcriber(self.tokenizer, self.fusion if mode in LM_MODES else None)(tokens)
 
-    def recognize_arrays(self, waves: list[np.ndarray], mode: str | None = None) -> list[str]:
+    def decode_waves(self, waves: list[np.ndarray], speaker=None) -> list[Hypothesis]:
+        """Utterances of 16 kHz mono samples, decoded together → the best hypothesis of each.
+        speaker: a model.speaker_cmn model's `CMVNAccumulator` of the speaker's features so far; these are added
+        to it first, and all are normalized by its mean (see `transcribe.transcribe`)."""
+        feats = [self.features(w) for w in waves]
+        lens = torch.tensor([f.size(0) for f in feats])
+        padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
+        speaker_mean = None
+        if speaker is not None:
+            for f in feats:
+                speaker.add(f)
+            speaker_mean = torch.from_numpy(speaker.mean()).float().to(self.device).expand(len(feats), -1)
+        hyps = self.recognize(padded, lens, speaker_mean=speaker_mean)
+        return [h[0] if h else Hypothesis([], float("-inf")) for h in hyps]
+
+    def recognize_arrays(self, waves: list[np.ndarray]) -> list[str]:
         """Utterances of 16 kHz mono samples, each decoded whole, in batches of `options.batch_size` → texts.
         For long recordings use `transcribe`, which splits at silences."""
-        texts = []
-        for i in range(0, len(waves), self.options.batch_size):
-            feats = [self.features(w) for w in waves[i:i + self.options.batch_size]]
-            lens = torch.tensor([f.size(0) for f in feats])
-            padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
-            texts += [self.text(h[0].tokens, mode) for h in self.recognize(padded, lens, mode)]
-        return texts
+        size = self.options.batch_size
+        return [self.text(h.tokens) for i in range(0, len(waves), size) for h in self.decode_waves(waves[i:i + size])]
 
     # ------------------------------------------------------------------------------------------ files
 

@@ -339,26 +339,10 @@ def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_op
 
 def _decode_batch(recognizer, segments: list[Segment], speaker=None) -> list[dict]:
     """`speaker`: a CMVNAccumulator of the file's features so far, for a model.speaker_cmn model (else None)."""
-    import torch
-
-    device = recognizer.device
-    feats = []
-    for s in segments:
-        audio = s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
-        feats.append(recognizer.features(audio))
-    lens = torch.tensor([f.size(0) for f in feats])
-    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(device)
-    speaker_mean = None
-    if speaker is not None:  # the file is one speaker: the mean of its segments up to this batch's last
-        for f in feats:
-            speaker.add(f)
-        speaker_mean = torch.from_numpy(speaker.mean()).float().to(device).expand(len(feats), -1)
-    hyps = recognizer.recognize(padded, lens, speaker_mean=speaker_mean)
+    waves = [s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
+             for s in segments]
     out = []
-    for s, nbest in zip(segments, hyps):
-        if not nbest:
-            continue
-        best = nbest[0]
+    for s, best in zip(segments, recognizer.decode_waves(waves, speaker)):
         text = " ".join(recognizer.text(best.tokens).split())
         if not text:
             continue
@@ -373,7 +357,8 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
     """Transcribe one audio file of any length.
 
     Args:
-        recognizer: a `Recognizer` (its options: mode, beam, LMs; `options.batch_size` segments at a time).
+        recognizer: a `Recognizer`, or an `ExportedRecognizer` (its options: mode, beam, LMs;
+            `options.batch_size` segments at a time).
         audio_source: a path, the bytes of an audio file, or a 1-D float32 array at 16 kHz.
         max_segment: longest segment in seconds (see the module docstring for how audio is split).
         progress: called as progress(seconds_done, total_seconds_or_None, segments_decoded) after each batch.

@@ -1,0 +1,167 @@
+"""Export a model package for inference outside this toolkit's PyTorch code: ONNX (onnxruntime) or TorchScript.
+
+`asr export model.pt --out DIR` writes a folder:
+
+    encoder.onnx       feats (B, T, F) float32 raw log-mel, feat_lens (B,) int64
+                       → ctc_log_probs (B, T', V), enc_lens (B,), cross_kv_i (B, T', 2D) for each decoder layer i
+                         (the encoder with its CMVN and CTC head; the decoder's cross-attention keys|values,
+                         projected once per utterance)
+    decoder_step.onnx  tokens (N, 1) int64, offset (1,) int64 (the position of `tokens`), enc_mask (N, T') bool,
+                       self_kv_i (N, L, 2D) (L = offset; empty on the first step), cross_kv_i (N, T', 2D)
+                       → log_probs (N, V) of the next token, self_kv_out_i (N, L + 1, 2D)
+    tokenizer.bin      the tokenizer (a sentencepiece model, or a phone tokenizer's lexicon)
+    export.json        format and version, the config (features, model shape, decoding defaults), the
+                       tokenizer's metadata, the files and their precision
+
+Batch, time and cache axes are dynamic (the decoder step up to MAX_POSITIONS tokens). TorchScript (`--format torchscript`) writes encoder.pt and
+decoder_step.pt with the same inputs and outputs. `--int8` quantizes the ONNX graphs' matrix products to int8
+(onnxruntime's dynamic quantization). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and
+numpy alone.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from asr_transformer.config import to_dict
+from asr_transformer.fileio import atomic_open, write_json
+
+FORMAT = "asr-export"
+VERSION = 1
+FORMATS = ("onnx", "torchscript")
+OPSET = 17
+MAX_POSITIONS = 2048  # decoder positions the export keeps (its sine table is a constant of the graph)
+
+
+class EncoderExport(nn.Module):
+    """The encoder, CTC head and the decoder's cross-attention projections, as one graph (see the module
+    docstring for inputs and outputs)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor):
+        enc, enc_lens = self.model.encode(feats, feat_lens)
+        cross = [layer.src_attn.project_kv(enc, enc) for layer in self.model.decoder.layers]
+        return (self.model.ctc_log_probs(enc), enc_lens, *cross)
+
+
+class DecoderStepExport(nn.Module):
+    """One autoregressive decoder step with its key/value caches (see the module docstring). Equals
+    `Decoder.step` for one new position; the position comes in as a tensor so that the graph keeps it."""
+
+    def __init__(self, model, positions: int = MAX_POSITIONS):
+        super().__init__()
+        self.decoder = model.decoder
+        self.register_buffer("pe", model.decoder.pos.pe[:positions].clone(), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, offset: torch.Tensor, enc_mask: torch.Tensor, *caches: torch.Tensor):
+        dec, M = self.decoder, len(self.decoder.layers)
+        x = dec.embed(tokens) * dec.pos.xscale + self.pe.index_select(0, offset).unsqueeze(0)  # (N, 1, D)
+        memory_mask = enc_mask.unsqueeze(1)  # (N, 1, T')
+        new_self = []
+        for layer, self_kv, cross_kv in zip(dec.layers, caches[:M], caches[M:]):
+            x, (self_kv, _) = layer(x, None, None, memory_mask, (self_kv, cross_kv))
+            new_self.append(self_kv)
+        return (F.log_softmax(dec.output(dec.norm(x[:, -1])).float(), dim=-1), *new_self)
+
+
+def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
+    """Inputs to trace the two graphs with: a padded batch (so the graphs keep their masks)."""
+    d, layers = model.cfg.d_model, len(model.decoder.layers)
+    feats = torch.randn(batch, frames, model.cfg.input_dim)
+    feat_lens = torch.tensor([frames] + [frames - 17 * (i + 1) for i in range(batch - 1)])
+    with torch.no_grad():
+        _, enc_lens, *cross = EncoderExport(model).eval()(feats, feat_lens)
+    enc_mask = torch.arange(cross[0].size(1)) < enc_lens.unsqueeze(1)
+    self_kv = [torch.randn(batch, prefix, 2 * d) for _ in range(layers)]
+    step = (torch.full((batch, 1), 5, dtype=torch.long), torch.tensor([prefix]), enc_mask, *self_kv, *cross)
+    return (feats, feat_lens), step
+
+
+def _names(layers: int):
+    cross = [f"cross_kv_{i}" for i in range(layers)]
+    self_in = [f"self_kv_{i}" for i in range(layers)]
+    self_out = [f"self_kv_out_{i}" for i in range(layers)]
+    encoder = dict(input_names=["feats", "feat_lens"], output_names=["ctc_log_probs", "enc_lens", *cross],
+                   dynamic_axes={"feats": {0: "batch", 1: "frames"}, "feat_lens": {0: "batch"},
+                                 "ctc_log_probs": {0: "batch", 1: "enc_frames"}, "enc_lens": {0: "batch"},
+                                 **{n: {0: "batch", 1: "enc_frames"} for n in cross}})
+    step = dict(input_names=["tokens", "offset", "enc_mask", *self_in, *cross], output_names=["log_probs", *self_out],
+                dynamic_axes={"tokens": {0: "hyps"}, "enc_mask": {0: "hyps", 1: "enc_frames"},
+                              "log_probs": {0: "hyps"}, **{n: {0: "hyps", 1: "prefix"} for n in self_in},
+                              **{n: {0: "hyps", 1: "prefix_out"} for n in self_out},
+                              **{n: {0: "hyps", 1: "enc_frames"} for n in cross}})
+    return encoder, step
+
+
+def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str = "onnx", int8: bool = False,
+                   mode: str | None = None) -> dict:
+    """Export `package` into the folder `out`; → {file name: size in bytes}. The export decodes with `mode` by
+    default (else the package's mode where an export can run it, else rescore). Raises ValueError for what
+    cannot be exported (a model.speaker_cmn model: its speaker means are computed outside the graph)."""
+    from asr_transformer.exported import EXPORTED_MODES
+    from asr_transformer.package import load_package, read_package
+
+    if fmt not in FORMATS:
+        raise ValueError(f"--format {fmt}: choose from {', '.join(FORMATS)}")
+    if int8 and fmt != "onnx":
+        raise ValueError("--int8 quantizes ONNX graphs (for TorchScript on a CPU, load the package with --precision int8)")
+    state = read_package(package)
+    model, tokenizer, cfg = load_package(package, "cpu", "fp32", state)
+    if cfg.model.speaker_cmn:
+        raise ValueError(f"{package}: a model.speaker_cmn model normalizes by speaker means computed outside the "
+                         "model; export supports global and per-utterance CMVN")
+    cfg.decode.mode = mode or (cfg.decode.mode if cfg.decode.mode in EXPORTED_MODES else "rescore")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    encoder, step = EncoderExport(model).eval(), DecoderStepExport(model).eval()
+    encoder_inputs, step_inputs = example_inputs(model)
+    suffix = "onnx" if fmt == "onnx" else "pt"
+    files = {"encoder": f"encoder.{suffix}", "decoder_step": f"decoder_step.{suffix}"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings: the batch shapes are traced dynamic, masks always kept
+        for module, inputs, names, name in ((encoder, encoder_inputs, _names(len(model.decoder.layers))[0], "encoder"),
+                                            (step, step_inputs, _names(len(model.decoder.layers))[1], "decoder_step")):
+            target = out / files[name]
+            tmp = target.with_name(f".{target.name}.tmp")
+            if fmt == "onnx":
+                torch.onnx.export(module, inputs, str(tmp), dynamo=False, opset_version=OPSET, **names)
+                if int8:
+                    _quantize_onnx(tmp)
+            else:
+                with torch.inference_mode(False), torch.no_grad():
+                    torch.jit.save(torch.jit.trace(module, inputs, check_trace=False), str(tmp))
+            os.replace(tmp, target)
+    with atomic_open(out / "tokenizer.bin", "wb") as f:
+        f.write(tokenizer.model_bytes)
+    write_json(out / "export.json", {
+        "format": FORMAT, "version": VERSION, "runtime": fmt, "precision": "int8" if int8 else "fp32",
+        "files": files, "tokenizer": "tokenizer.bin", "tokenizer_meta": tokenizer.meta(), "config": to_dict(cfg),
+        "package": str(package), "info": state.get("info") or {}})
+    return {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def _quantize_onnx(path: Path) -> None:
+    """Dynamic int8 quantization of an ONNX graph's weights (MatMul/Gemm), in place."""
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fp32 = path.with_name(path.name + ".fp32")
+    os.replace(path, fp32)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process the graph, and the non-float tensors it skips
+    try:
+        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
+        fp32.unlink()

@@ -1,0 +1,262 @@
+"""Run an exported model (`asr export`) with onnxruntime and numpy alone: PyTorch is never imported.
+
+    from asr_transformer.exported import ExportedRecognizer
+    asr = ExportedRecognizer("exp/phone/onnx")
+    print(asr.transcribe("audio.wav")["text"])
+
+`asr transcribe --model DIR` takes this path when DIR is an export. Decoding modes (`EXPORTED_MODES`):
+ctc (best path), ctc_beam (CTC prefix beam search), rescore (ctc_beam's n-best rescored by the attention decoder
+step by step with its key/value cache: λ·log P_ctc + (1−λ)·log p_att + length bonus) and greedy (autoregressive
+attention decoding). Joint CTC/attention beam search and the n-gram LMs need the PyTorch package. Audio at
+other rates than 16 kHz is resampled with torchaudio, so 16 kHz input keeps PyTorch out entirely.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import fields, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict
+from asr_transformer.decode import Hypothesis
+from asr_transformer.fileio import read_json
+from asr_transformer.model.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
+
+FORMAT, VERSION = "asr-export", 1  # as export.py writes them (that module imports torch)
+EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy")
+NEG_INF = -np.inf
+INT16_SCALE = 32768.0
+
+
+class ExportError(ValueError):
+    """An export folder that cannot be run as asked; the message says what to change."""
+
+
+def is_exported(path: str | os.PathLike) -> bool:
+    """Whether `path` is a folder written by `asr export`."""
+    return Path(path).is_dir() and (Path(path) / "export.json").is_file()
+
+
+# ----------------------------------------------------------------------------------------------- features
+
+
+@lru_cache(maxsize=8)
+def _mel_banks(num_bins: int, padded: int, sample_rate: int, low_freq: float = 20.0) -> np.ndarray:
+    """Kaldi's triangular mel filters (num_bins, padded // 2 + 1), as features.mel_banks."""
+    def mel(f):
+        return 1127.0 * np.log1p(f / 700.0)
+
+    low, high = mel(low_freq), mel(0.5 * sample_rate)
+    delta = (high - low) / (num_bins + 1)
+    i = np.arange(num_bins, dtype=np.float64)[:, None]
+    left, center, right = low + i * delta, low + (i + 1) * delta, low + (i + 2) * delta
+    m = mel(sample_rate / padded * np.arange(padded // 2, dtype=np.float64))[None, :]
+    banks = np.maximum(np.minimum((m - left) / (center - left), (right - m) / (right - center)), 0.0)
+    return np.pad(banks, ((0, 0), (0, 1))).astype(np.float32)  # the Nyquist bin gets no weight
+
+
+def fbank(wave: np.ndarray, cfg: FeatureConfig = FeatureConfig()) -> np.ndarray:
+    """(samples,) float in [-1, 1] → (frames, num_mel_bins) float32 log-mel energies; the numpy twin of
+    `data.features.fbank` (Kaldi's: povey window, pre-emphasis 0.97, DC removal, snip edges)."""
+    win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
+    hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
+    padded = 1 << (win - 1).bit_length()
+    wave = np.asarray(wave, dtype=np.float32)
+    if wave.size < win:
+        return np.zeros((0, cfg.num_mel_bins), np.float32)
+    frames = np.lib.stride_tricks.sliding_window_view(wave * np.float32(INT16_SCALE), win)[::hop]
+    frames = frames - frames.mean(axis=1, keepdims=True)
+    frames = np.concatenate([frames[:, :1] * (1 - 0.97), frames[:, 1:] - 0.97 * frames[:, :-1]], axis=1)
+    window = ((0.5 - 0.5 * np.cos(2 * math.pi * np.arange(win) / (win - 1))) ** 0.85).astype(np.float32)
+    power = np.abs(np.fft.rfft(frames * window, n=padded)) ** 2
+    mel = power.astype(np.float32) @ _mel_banks(cfg.num_mel_bins, padded, cfg.sample_rate).T
+    return np.log(np.maximum(mel, np.finfo(np.float32).eps)).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------- CTC search
+
+
+def ctc_greedy(log_probs: np.ndarray, length: int) -> Hypothesis:
+    """Best path of one utterance: log_probs (T, V) → tokens (repeats merged, blanks dropped), log P(path)."""
+    best = log_probs[:length].argmax(-1)
+    score = float(log_probs[np.arange(length), best].sum())
+    tokens = [int(t) for i, t in enumerate(best) if t != BLANK and (i == 0 or t != best[i - 1])]
+    return Hypothesis(tokens, score, {"ctc": score})
+
+
+def ctc_prefix_beam_search(log_probs: np.ndarray, length: int, beam: int) -> list[Hypothesis]:
+    """CTC prefix beam search over one utterance's log_probs (T, V), the numpy twin of
+    `decode.ctc_prefix.ctc_prefix_beam_search`: each frame, every prefix stays or grows by one of the `beam` most
+    probable tokens; equal prefixes merge; the `beam` most probable survive. → hypotheses, best first."""
+    x = log_probs[:length].astype(np.float64)
+    V = x.shape[1]
+    K = max(1, min(beam, V - 1))
+    beams: dict[tuple, tuple[float, float]] = {(): (0.0, NEG_INF)}  # prefix → (log P ending in blank, in a token)
+    for t in range(length):
+        candidates = x[t].copy()
+        candidates[BLANK] = NEG_INF
+        top = np.argsort(-candidates, kind="stable")[:K]
+        grown: dict[tuple, list[float]] = {}
+
+        def add(prefix, pb, pnb):
+            old = grown.setdefault(prefix, [NEG_INF, NEG_INF])
+            old[0], old[1] = np.logaddexp(old[0], pb), np.logaddexp(old[1], pnb)
+
+        for prefix, (pb, pnb) in beams.items():
+            total = np.logaddexp(pb, pnb)
+            stay_nb = pnb + x[t, prefix[-1]] if prefix else NEG_INF
+            add(prefix, total + x[t, BLANK], stay_nb)
+            for c in top:
+                c = int(c)
+                via = pb if prefix and c == prefix[-1] else total  # a repeat needs a blank between
+                add(prefix + (c,), NEG_INF, via + x[t, c])
+        ranked = sorted(grown.items(), key=lambda kv: -np.logaddexp(*kv[1]))[:beam]
+        beams = {p: (s[0], s[1]) for p, s in ranked}
+    hyps = [Hypothesis(list(p), float(np.logaddexp(pb, pnb)), {"ctc": float(np.logaddexp(pb, pnb))})
+            for p, (pb, pnb) in beams.items()]
+    return sorted([h for h in hyps if h.score > NEG_INF], key=lambda h: -h.score)
+
+
+# ------------------------------------------------------------------------------------------- recognizer
+
+
+class ExportedRecognizer:
+    """An `asr export` folder loaded into onnxruntime; the interface of `recognizer.Recognizer` that
+    `transcribe.transcribe` uses (`config`, `options`, `decode_waves`, `text`, `transcribe`).
+
+    Args:
+        folder: the export. threads: CPU threads for onnxruntime (0: all cores).
+        options: DecodeConfig fields that override the export's decoding defaults (mode: one of EXPORTED_MODES).
+    """
+
+    def __init__(self, folder: str | os.PathLike, threads: int = 0, **options):
+        import onnxruntime as ort
+
+        from asr_transformer.data.tokenizer import tokenizer_from_bytes
+
+        self.path = Path(folder)
+        meta = read_json(self.path / "export.json")
+        if meta.get("format") != FORMAT or meta.get("version", 0) > VERSION or meta.get("runtime") != "onnx":
+            raise ExportError(f"{self.path}: not an ONNX export this toolkit reads (`asr export --format onnx`)")
+        self.config = from_dict(meta["config"], f"{self.path}/export.json")
+        known = {f.name for f in fields(DecodeConfig)}
+        if set(options) - known:
+            raise ExportError(f"unknown decoding option(s) {', '.join(sorted(set(options) - known))}")
+        self.options = replace(self.config.decode, **options)
+        if self.options.mode not in EXPORTED_MODES:
+            raise ExportError(f"mode {self.options.mode}: an export decodes with {', '.join(EXPORTED_MODES)} "
+                              "(joint beam search and LMs need the PyTorch package)")
+        self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
+        so.log_severity_level = 3
+        self.encoder = ort.InferenceSession(str(self.path / meta["files"]["encoder"]), so,
+                                            providers=["CPUExecutionProvider"])
+        self.decoder_step = ort.InferenceSession(str(self.path / meta["files"]["decoder_step"]), so,
+                                                 providers=["CPUExecutionProvider"])
+        self.layers = sum(o.name.startswith("cross_kv_") for o in self.encoder.get_outputs())
+        self.device, self.precision, self.lms = "cpu", meta.get("precision", "fp32"), {}
+
+    def features(self, wave: np.ndarray) -> np.ndarray:
+        return fbank(wave, self.config.features)
+
+    def encode(self, feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Utterances' features [(T, F)] → CTC log-probs (B, T', V), encoder lengths (B,), cross keys|values."""
+        lens = np.array([f.shape[0] for f in feats], np.int64)
+        padded = np.zeros((len(feats), max(int(lens.max()), 1), self.config.features.num_mel_bins), np.float32)
+        for i, f in enumerate(feats):
+            padded[i, :f.shape[0]] = f
+        ctc, enc_lens, *cross = self.encoder.run(None, {"feats": padded, "feat_lens": lens})
+        return ctc, enc_lens, cross
+
+    def _step(self, tokens: np.ndarray, offset: int, enc_mask: np.ndarray, self_kv: list, cross: list):
+        feeds = {"tokens": tokens.reshape(-1, 1).astype(np.int64), "offset": np.array([offset], np.int64),
+                 "enc_mask": enc_mask}
+        feeds.update({f"self_kv_{i}": kv for i, kv in enumerate(self_kv)})
+        feeds.update({f"cross_kv_{i}": kv for i, kv in enumerate(cross)})
+        log_probs, *self_kv = self.decoder_step.run(None, feeds)
+        return log_probs, self_kv
+
+    def _empty_cache(self, rows: int, cross: list) -> list[np.ndarray]:
+        return [np.zeros((rows, 0, cross[0].shape[-1]), np.float32) for _ in range(self.layers)]
+
+    def attention_scores(self, cross: list, enc_lens: np.ndarray, utt: np.ndarray, seqs: list[list[int]]) -> np.ndarray:
+        """log p_att(y <eos> | x) of token sequences `seqs`, sequence m of utterance utt[m], step by step."""
+        M, L = len(seqs), max((len(s) for s in seqs), default=0) + 1
+        ys_in = np.full((M, L), PAD, np.int64)
+        target = np.full((M, L), IGNORE_ID, np.int64)
+        ys_in[:, 0] = SOS
+        for m, s in enumerate(seqs):
+            ys_in[m, 1:len(s) + 1] = s
+            target[m, :len(s)] = s
+            target[m, len(s)] = EOS
+        kv = [c[utt] for c in cross]
+        enc_mask = np.arange(kv[0].shape[1])[None, :] < enc_lens[utt][:, None]
+        self_kv, total = self._empty_cache(M, kv), np.zeros(M)
+        for t in range(L):
+            log_probs, self_kv = self._step(ys_in[:, t], t, enc_mask, self_kv, kv)
+            rows = np.flatnonzero(target[:, t] >= 0)
+            total[rows] += log_probs[rows, target[rows, t]]
+        return total
+
+    def greedy(self, cross: list, enc_lens: np.ndarray) -> list[Hypothesis]:
+        """Autoregressive greedy attention decoding of a batch, up to max_len_ratio × encoder frames tokens."""
+        B = len(enc_lens)
+        limit = np.maximum((enc_lens.astype(np.float64) * self.options.max_len_ratio).astype(np.int64), 1)
+        enc_mask = np.arange(cross[0].shape[1])[None, :] < enc_lens[:, None]
+        tokens, scores, done = [[] for _ in range(B)], np.zeros(B), np.zeros(B, bool)
+        last, self_kv = np.full(B, SOS, np.int64), self._empty_cache(B, cross)
+        for step in range(int(limit.max())):
+            log_probs, self_kv = self._step(last, step, enc_mask, self_kv, cross)
+            log_probs[:, [BLANK, SOS, MASK]] = NEG_INF
+            last = log_probs.argmax(-1)
+            for b in np.flatnonzero(~done):
+                scores[b] += log_probs[b, last[b]]
+                if last[b] == EOS:
+                    done[b] = True
+                else:
+                    tokens[b].append(int(last[b]))
+                    done[b] = len(tokens[b]) >= limit[b]
+            if done.all():
+                break
+        return [Hypothesis(t, float(s), {"att": float(s)}) for t, s in zip(tokens, scores)]
+
+    def decode_waves(self, waves: list[np.ndarray], speaker=None) -> list[Hypothesis]:
+        """Utterances of 16 kHz mono samples, decoded together → the best hypothesis of each."""
+        ctc, enc_lens, cross = self.encode([self.features(w) for w in waves])
+        mode, opts = self.options.mode, self.options
+        if mode == "ctc":
+            return [ctc_greedy(ctc[b], int(enc_lens[b])) for b in range(len(waves))]
+        if mode == "greedy":
+            return self.greedy(cross, enc_lens)
+        nbest = [ctc_prefix_beam_search(ctc[b], int(enc_lens[b]), opts.beam) for b in range(len(waves))]
+        if mode == "ctc_beam":
+            return [h[0] if h else Hypothesis([], NEG_INF) for h in nbest]
+        flat = [(b, h) for b, hyps in enumerate(nbest) for h in hyps]
+        if not flat:
+            return [Hypothesis([], NEG_INF) for _ in waves]
+        att = self.attention_scores(cross, enc_lens, np.array([b for b, _ in flat]), [h.tokens for _, h in flat])
+        best: list[Hypothesis] = [Hypothesis([], NEG_INF) for _ in waves]
+        for (b, h), a in zip(flat, att):
+            s = opts.ctc_weight * h.score + (1 - opts.ctc_weight) * a + opts.length_penalty * (len(h.tokens) + 1)
+            if s > best[b].score:
+                best[b] = Hypothesis(h.tokens, float(s), {"ctc": h.score, "att": float(a)})
+        return best
+
+    def text(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens)
+
+    def recognize_arrays(self, waves: list[np.ndarray]) -> list[str]:
+        """Utterances of 16 kHz mono samples, each decoded whole, in batches → texts."""
+        size = self.options.batch_size
+        return [self.text(h.tokens) for i in range(0, len(waves), size) for h in self.decode_waves(waves[i:i + size])]
+
+    def transcribe(self, audio, *, max_segment: float = 20.0, progress=None, speaker=None) -> dict:
+        """One audio file of any length → {"text", "segments", "duration"}, as `Recognizer.transcribe`."""
+        from asr_transformer.transcribe import transcribe
+
+        return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker)

@@ -1,0 +1,167 @@
+"""`asr export`: ONNX and TorchScript graphs equal the PyTorch model (several lengths and batch sizes), and the
+onnxruntime recognizer (no PyTorch) writes the package's transcripts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+pytest.importorskip("onnxruntime", reason="export tests need the onnx extra: pip install -e '.[onnx]'")
+
+from asr_transformer.config import PRESETS, Config, ModelConfig  # noqa: E402
+from asr_transformer.data.audio import load_utterance  # noqa: E402
+from asr_transformer.data.manifest import read_manifest  # noqa: E402
+from asr_transformer.data.tokenizer import load_tokenizer  # noqa: E402
+from asr_transformer.export import DecoderStepExport, EncoderExport, export_package  # noqa: E402
+from asr_transformer.exported import EXPORTED_MODES, ExportedRecognizer, fbank  # noqa: E402
+from asr_transformer.model.asr import ASRModel  # noqa: E402
+from asr_transformer.package import save_package  # noqa: E402
+from asr_transformer.recognizer import Recognizer  # noqa: E402
+
+SHAPES = [(1, 57), (2, 160), (3, 301), (5, 98)]  # (batch, frames): several lengths and batch sizes
+
+
+@pytest.fixture(scope="module")
+def exported(tone_corpus, tmp_path_factory):
+    """A random tiny Conformer package (InterCTC, per-utterance CMN) on the tone corpus' tokenizer, and its ONNX,
+    int8 ONNX and TorchScript exports."""
+    root = tmp_path_factory.mktemp("export")
+    tok = load_tokenizer(tone_corpus / "tokenizer")
+    cfg = Config()
+    cfg.model = ModelConfig(input_dim=80, vocab_size=tok.vocab_size, **PRESETS["tiny"], conv_kernel=7,
+                            interctc_weight=0.3, utterance_cmn=True)
+    cfg.decode.max_len_ratio, cfg.decode.beam = 0.3, 4
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model)
+    save_package(root / "model.pt", cfg, tok, model.state_dict())
+    export_package(root / "model.pt", root / "onnx")
+    export_package(root / "model.pt", root / "int8", int8=True)
+    export_package(root / "model.pt", root / "ts", fmt="torchscript")
+    return root, model.eval()
+
+
+def batch(B: int, T: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.tensor([T] + [max(9, T - 23 * i) for i in range(1, B)])
+    return torch.randn(B, T, 80, generator=g) * 3 + 5, lens
+
+
+def step_inputs(model, feats, lens, prefix: int):
+    """Decoder step inputs after `prefix` tokens, from the reference model's own step (its cache)."""
+    with torch.no_grad():
+        enc, enc_lens = model.encode(feats, lens)
+        enc_mask = torch.arange(enc.size(1)) < enc_lens.unsqueeze(1)
+        tokens = torch.randint(5, model.cfg.vocab_size, (feats.size(0), prefix + 1), generator=torch.Generator().manual_seed(1))
+        tokens[:, 0] = 2
+        cache = None
+        if prefix:
+            _, cache = model.decoder_step(enc, enc_mask, tokens[:, :prefix], None)
+        expected, _ = model.decoder_step(enc, enc_mask, tokens, cache)
+        cross = [layer.src_attn.project_kv(enc, enc) for layer in model.decoder.layers]
+    M = len(model.decoder.layers)
+    self_kv = cache[:M] if cache else [torch.zeros(feats.size(0), 0, 2 * model.cfg.d_model)] * M
+    return (tokens[:, -1:], torch.tensor([prefix]), enc_mask, *self_kv, *cross), expected, enc_lens
+
+
+def test_numpy_fbank_equals_the_torch_fbank():
+    from asr_transformer.data.features import fbank as torch_fbank
+
+    wave = np.random.default_rng(0).uniform(-0.5, 0.5, 16000 + 123).astype(np.float32)
+    expected = torch_fbank(torch.from_numpy(wave)).numpy()
+    assert fbank(wave).shape == expected.shape == (99, 80)  # 1 + (16123 - 400) // 160 frames
+    np.testing.assert_allclose(fbank(wave), expected, atol=2e-4, rtol=1e-5)
+    assert fbank(wave[:300]).shape == (0, 80)
+
+
+@pytest.mark.parametrize("B,T", SHAPES)
+def test_onnx_encoder_and_decoder_step_equal_pytorch(exported, B, T):
+    import onnxruntime as ort
+
+    root, model = exported
+    encoder = ort.InferenceSession(str(root / "onnx/encoder.onnx"), providers=["CPUExecutionProvider"])
+    step = ort.InferenceSession(str(root / "onnx/decoder_step.onnx"), providers=["CPUExecutionProvider"])
+    feats, lens = batch(B, T)
+    with torch.no_grad():
+        expected = EncoderExport(model)(feats, lens)
+    got = encoder.run(None, {"feats": feats.numpy(), "feat_lens": lens.numpy()})
+    np.testing.assert_array_equal(got[1], expected[1].numpy())
+    valid = (np.arange(got[0].shape[1])[None] < got[1][:, None])[..., None]
+    for g, e in zip([got[0], *got[2:]], [expected[0], *expected[2:]]):
+        assert g.shape == tuple(e.shape)
+        np.testing.assert_allclose(np.where(valid, g, 0), np.where(valid, e.numpy(), 0), atol=1e-4)
+    names = [i.name for i in step.get_inputs()]
+    for prefix in (0, 1, 4):  # the first step (empty cache) and later ones
+        inputs, expected_lp, _ = step_inputs(model, feats, lens, prefix)
+        log_probs, *new_cache = step.run(None, {n: t.numpy() for n, t in zip(names, inputs)})
+        np.testing.assert_allclose(log_probs, expected_lp.numpy(), atol=1e-4)
+        assert all(c.shape[1] == prefix + 1 for c in new_cache)
+
+
+@pytest.mark.parametrize("B,T", SHAPES[:2])
+def test_torchscript_equals_pytorch(exported, B, T):
+    root, model = exported
+    encoder, step = torch.jit.load(str(root / "ts/encoder.pt")), torch.jit.load(str(root / "ts/decoder_step.pt"))
+    feats, lens = batch(B, T, seed=3)
+    with torch.no_grad():
+        got, expected = encoder(feats, lens), EncoderExport(model)(feats, lens)
+        valid = (torch.arange(got[0].size(1)) < got[1].unsqueeze(1)).unsqueeze(-1)
+        torch.testing.assert_close(got[0] * valid, expected[0] * valid, atol=1e-4, rtol=0)
+        inputs, expected_lp, _ = step_inputs(model, feats, lens, 2)
+        torch.testing.assert_close(step(*inputs)[0], expected_lp, atol=1e-4, rtol=0)
+        torch.testing.assert_close(DecoderStepExport(model)(*inputs)[0], expected_lp, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("mode", EXPORTED_MODES)
+def test_exported_recognizer_writes_the_package_transcripts(exported, tone_corpus, mode):
+    root, _ = exported
+    waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
+    package = Recognizer(root / "model.pt", device="cpu", threads=1, mode=mode, batch_size=3)
+    onnx = ExportedRecognizer(root / "onnx", threads=1, mode=mode, batch_size=3)
+    assert onnx.recognize_arrays(waves) == package.recognize_arrays(waves)
+    got = [h for i in range(0, len(waves), 3) for h in onnx.decode_waves(waves[i:i + 3])]
+    want = [h for i in range(0, len(waves), 3) for h in package.decode_waves(waves[i:i + 3])]
+    assert [h.tokens for h in got] == [h.tokens for h in want] and any(h.tokens for h in want)
+    np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-3)
+
+
+def test_int8_export_is_smaller_and_close(exported, tone_corpus):
+    root, _ = exported
+    assert json.loads((root / "int8/export.json").read_text())["precision"] == "int8"
+    size = {kind: sum((root / kind / name).stat().st_size for name in ("encoder.onnx", "decoder_step.onnx"))
+            for kind in ("onnx", "int8")}
+    assert size["int8"] < 0.8 * size["onnx"]  # the matrix products' weights int8; convolutions, embeddings stay fp32
+    waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
+    fp32, int8 = ExportedRecognizer(root / "onnx", threads=1), ExportedRecognizer(root / "int8", threads=1)
+    feats = [fp32.features(w) for w in waves[:3]]
+    (a, lens, _), (b, _, _) = fp32.encode(feats), int8.encode(feats)
+    valid = (np.arange(a.shape[1])[None] < lens[:, None])[..., None]
+    diff = np.abs(np.exp(a) - np.exp(b)) * valid
+    assert 0 < diff.max() < 0.1
+
+
+def test_transcribe_an_export_without_torch(exported, tmp_path):
+    """`asr transcribe --model <export>` with torch made unimportable gives the package's transcript."""
+    root, _ = exported
+    t = np.arange(16000 * 2) / 16000
+    burst = 0.3 * np.sin(2 * np.pi * 300 * t) * (np.sin(2 * np.pi * 3 * t) > 0) * (t > 0.3) * (t < 1.7)
+    sf.write(tmp_path / "talk.wav", burst.astype(np.float32), 16000)
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['torchaudio'] = None\n"
+            "from asr_transformer.cli import app\n"
+            f"app(['transcribe', {str(tmp_path / 'talk.wav')!r}, '--model', {str(root / 'onnx')!r}, '--threads', '1', "
+            "'-f', 'json'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    expected = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore").transcribe(tmp_path / "talk.wav")
+    assert result["text"] == expected["text"] and len(result["segments"]) == len(expected["segments"]) >= 1
+    assert json.loads((root / "onnx/export.json").read_text())["config"]["decode"]["mode"] == "rescore"  # not joint
+    # options an export cannot honour are one clear line
+    proc = subprocess.run([sys.executable, "-c", code.replace("'-f', 'json'", "'--mode', 'joint'")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "joint beam search and LMs need the PyTorch package" in proc.stderr
