@@ -448,7 +448,7 @@ def _recognizer(model: Path, device: str, threads: int, precision: str, lm: Opti
 
 @app.command()
 def decode(
-    model: Path = typer.Argument(..., help="Model package (from asr average or asr package)."),
+    model: Path = typer.Argument(..., help="Model package (from asr package), or an ONNX export (asr export)."),
     manifest: Path = typer.Argument(..., help="Manifest to decode."),
     out: Path = typer.Option(..., "--out", "-o", help="Result folder; one sub-folder per mode when several."),
     mode: Optional[str] = typer.Option(None, help="Comma list of: greedy, beam, joint, ctc, ctc_beam, maskctc, "
@@ -475,6 +475,7 @@ def decode(
     `text` file, reports RTF."""
     from asr_transformer.data.manifest import ManifestError
     from asr_transformer.decode.search import DecodeError
+    from asr_transformer.exported import ExportError
 
     modes = [m.strip() for m in mode.split(",") if m.strip()] if mode else []
     rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=modes[0] if modes else None,
@@ -483,7 +484,7 @@ def decode(
                       lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size)
     try:
         rec.decode_manifest(manifest, out, modes or None, score=score)
-    except (DecodeError, ManifestError) as e:
+    except (DecodeError, ExportError, ManifestError) as e:
         _fail(str(e))
     except OSError as e:
         _fail(f"{e.filename or manifest}: {e.strerror or e}")
@@ -608,7 +609,8 @@ def score(
 @app.command()
 def transcribe(
     audio: List[str] = typer.Argument(..., help="Audio files (any format soundfile reads); - reads stdin."),
-    model: Path = typer.Option(..., "--model", "-m", help="Model package."),
+    model: Path = typer.Option(..., "--model", "-m", help="Model package, or an ONNX export (asr export): "
+                               "onnxruntime, no PyTorch."),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="Write <basename>.<ext> here."),
     output_format: str = typer.Option("txt", "--output-format", "-f", help="txt, json, srt, vtt, tsv or all."),
     mode: Optional[str] = MODE,

@@ -152,7 +152,7 @@ class ExportedRecognizer:
                               "(joint beam search and LMs need the PyTorch package)")
         self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])
         so = ort.SessionOptions()
-        so.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
+        self.threads = so.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
         so.log_severity_level = 3
         self.encoder = ort.InferenceSession(str(self.path / meta["files"]["encoder"]), so,
                                             providers=["CPUExecutionProvider"])
@@ -203,10 +203,10 @@ class ExportedRecognizer:
             total[rows] += log_probs[rows, target[rows, t]]
         return total
 
-    def greedy(self, cross: list, enc_lens: np.ndarray) -> list[Hypothesis]:
+    def greedy(self, cross: list, enc_lens: np.ndarray, max_len_ratio: float) -> list[Hypothesis]:
         """Autoregressive greedy attention decoding of a batch, up to max_len_ratio × encoder frames tokens."""
         B = len(enc_lens)
-        limit = np.maximum((enc_lens.astype(np.float64) * self.options.max_len_ratio).astype(np.int64), 1)
+        limit = np.maximum((enc_lens.astype(np.float64) * max_len_ratio).astype(np.int64), 1)
         enc_mask = np.arange(cross[0].shape[1])[None, :] < enc_lens[:, None]
         tokens, scores, done = [[] for _ in range(B)], np.zeros(B), np.zeros(B, bool)
         last, self_kv = np.full(B, SOS, np.int64), self._empty_cache(B, cross)
@@ -227,28 +227,95 @@ class ExportedRecognizer:
 
     def decode_waves(self, waves: list[np.ndarray], speaker=None) -> list[Hypothesis]:
         """Utterances of 16 kHz mono samples, decoded together → the best hypothesis of each."""
-        ctc, enc_lens, cross = self.encode([self.features(w) for w in waves])
-        mode, opts = self.options.mode, self.options
+        return self.decode_features([self.features(w) for w in waves], self.options)
+
+    def decode_features(self, feats: list[np.ndarray], opts: DecodeConfig) -> list[Hypothesis]:
+        """Utterances' log-mel features [(T, F)] decoded together with `opts` → the best hypothesis of each."""
+        ctc, enc_lens, cross = self.encode(feats)
+        B, mode = len(feats), opts.mode
         if mode == "ctc":
-            return [ctc_greedy(ctc[b], int(enc_lens[b])) for b in range(len(waves))]
+            return [ctc_greedy(ctc[b], int(enc_lens[b])) for b in range(B)]
         if mode == "greedy":
-            return self.greedy(cross, enc_lens)
-        nbest = [ctc_prefix_beam_search(ctc[b], int(enc_lens[b]), opts.beam) for b in range(len(waves))]
+            return self.greedy(cross, enc_lens, opts.max_len_ratio)
+        nbest = [ctc_prefix_beam_search(ctc[b], int(enc_lens[b]), opts.beam) for b in range(B)]
         if mode == "ctc_beam":
             return [h[0] if h else Hypothesis([], NEG_INF) for h in nbest]
         flat = [(b, h) for b, hyps in enumerate(nbest) for h in hyps]
         if not flat:
-            return [Hypothesis([], NEG_INF) for _ in waves]
+            return [Hypothesis([], NEG_INF) for _ in range(B)]
         att = self.attention_scores(cross, enc_lens, np.array([b for b, _ in flat]), [h.tokens for _, h in flat])
-        best: list[Hypothesis] = [Hypothesis([], NEG_INF) for _ in waves]
+        best: list[Hypothesis] = [Hypothesis([], NEG_INF) for _ in range(B)]
         for (b, h), a in zip(flat, att):
             s = opts.ctc_weight * h.score + (1 - opts.ctc_weight) * a + opts.length_penalty * (len(h.tokens) + 1)
             if s > best[b].score:
                 best[b] = Hypothesis(h.tokens, float(s), {"ctc": h.score, "att": float(a)})
         return best
 
-    def text(self, tokens: list[int]) -> str:
+    def text(self, tokens: list[int], mode: str | None = None) -> str:
         return self.tokenizer.decode(tokens)
+
+    def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
+                        score: bool = True) -> dict:
+        """Decode a manifest with each of `modes` (default: the options' mode) and write what
+        `Recognizer.decode_manifest` writes (hyp.jsonl, text, rtf.json with "runtime": "onnxruntime", and with
+        `score` the scoring reports). → {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}."""
+        import time
+
+        from asr_transformer.data.audio import AudioError, load_utterance
+        from asr_transformer.data.manifest import read_manifest
+        from asr_transformer.fileio import write_json
+        from asr_transformer.writers import write_hypotheses
+
+        modes = list(modes or [self.options.mode])
+        for m in modes:
+            if m not in EXPORTED_MODES:
+                raise ExportError(f"mode {m}: an export decodes with {', '.join(EXPORTED_MODES)}")
+        utts = read_manifest(manifest)
+        if not utts:
+            raise ExportError(f"{manifest}: no utterances to decode")
+        order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
+        size = self.options.batch_size
+        results: dict[str, dict[int, Hypothesis]] = {m: {} for m in modes}
+        decode_time, feature_time, audio_seconds = dict.fromkeys(modes, 0.0), 0.0, 0.0
+        for start in range(0, len(order), size):
+            batch = order[start:start + size]
+            t0 = time.perf_counter()
+            feats = []
+            for i in batch:
+                try:
+                    wave = load_utterance(utts[i], self.config.features.sample_rate)
+                except AudioError as e:
+                    raise ExportError(f"{manifest}: utterance '{utts[i].id}': {e}") from None
+                audio_seconds += len(wave) / self.config.features.sample_rate
+                feats.append(self.features(wave))
+            feature_time += time.perf_counter() - t0
+            for m in modes:
+                t0 = time.perf_counter()
+                results[m].update(zip(batch, self.decode_features(feats, replace(self.options, mode=m))))
+                decode_time[m] += time.perf_counter() - t0
+        summary = {}
+        for m in modes:
+            d = Path(out) if len(modes) == 1 else Path(out) / m
+            write_hypotheses(d, utts, [[results[m][i]] for i in range(len(utts))], self.text)
+            rtf = decode_time[m] / max(audio_seconds, 1e-9)
+            write_json(d / "rtf.json", {
+                "mode": m, "utterances": len(utts), "audio_seconds": round(audio_seconds, 3),
+                "decode_seconds": round(decode_time[m], 4), "rtf": rtf, "feature_seconds": round(feature_time, 4),
+                "feature_rtf": feature_time / max(audio_seconds, 1e-9), "device": "cpu", "threads": self.threads,
+                "batch_size": size, "precision": self.precision, "runtime": "onnxruntime", "model": str(self.path),
+                "model_mb": round(sum(f.stat().st_size for f in self.path.iterdir() if f.is_file()) / 1e6, 2),
+                "lm": None, "lm_order": None, "word_lm": None, "word_lm_order": None, "word_lm_weight": None,
+                "options": vars(replace(self.options, mode=m))})
+            summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
+            if score:
+                from asr_transformer.scoring import score_dir
+
+                report = score_dir(d, normalizer=self.tokenizer.normalizer)
+                summary[m].update(wer=report.wer, cer=report.cer)
+                print(report.summary_table(title=f"{m}  {d}"))
+            print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio with "
+                  f"onnxruntime, {self.threads} threads, {self.precision}; features {feature_time:.2f} s)")
+        return summary
 
     def recognize_arrays(self, waves: list[np.ndarray]) -> list[str]:
         """Utterances of 16 kHz mono samples, each decoded whole, in batches → texts."""

@@ -13,7 +13,6 @@ through this class.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import fields, replace
@@ -27,6 +26,7 @@ from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize,
                                            transcriber)
 from asr_transformer.package import check_precision, load_package, read_package
+from asr_transformer.writers import write_hypotheses
 
 def pick_device(device: str) -> torch.device:
     """"auto" → the first CUDA device if there is one, else the CPU; otherwise `device`, checked."""
@@ -216,7 +216,7 @@ class Recognizer:
         summary = {}
         for m in modes:
             d = Path(out) if len(modes) == 1 else Path(out) / m
-            self._write_hypotheses(d, m, utts, results[m])
+            write_hypotheses(d, utts, [results[m][i] for i in range(len(utts))], lambda t: self.text(t, m))
             rtf = decode_time[m] / max(audio_seconds, 1e-9)
             feature_rtf = feature_time / max(audio_seconds, 1e-9)
             self._write_rtf(d, m, len(utts), audio_seconds, decode_time[m], feature_time)
@@ -236,26 +236,6 @@ class Recognizer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _write_hypotheses(self, d: Path, mode: str, utts, hyps: dict[int, list[Hypothesis]]) -> None:
-        """hyp.jsonl and a Kaldi `text` file in `d`, atomically."""
-        from asr_transformer.fileio import atomic_open
-
-        records = []
-        for i, u in enumerate(utts):
-            best = hyps[i][0]
-            rec = {"id": u.id, "text": self.text(best.tokens, mode), "ref": u.text, "tokens": best.tokens,
-                   "score": best.score}
-            if self.options.nbest > 1:
-                rec["nbest"] = [{"text": self.text(h.tokens, mode), "tokens": h.tokens, "score": h.score}
-                                for h in hyps[i]]
-            records.append(rec)
-        with atomic_open(d / "hyp.jsonl") as f:
-            for rec in records:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        with atomic_open(d / "text") as f:
-            for rec in sorted(records, key=lambda r: r["id"]):
-                f.write(f"{rec['id']} {rec['text']}".rstrip() + "\n")
-
     def _write_rtf(self, d: Path, mode: str, utterances: int, audio_seconds: float, decode_seconds: float,
                    feature_seconds: float) -> None:
         """rtf.json: speed, and everything that decided the hypotheses (precision, options, LMs)."""
@@ -269,7 +249,8 @@ class Recognizer:
             "decode_seconds": round(decode_seconds, 4), "rtf": decode_seconds / max(audio_seconds, 1e-9),
             "feature_seconds": round(feature_seconds, 4), "feature_rtf": feature_seconds / max(audio_seconds, 1e-9),
             "device": str(self.device), "threads": torch.get_num_threads(), "batch_size": self.options.batch_size,
-            "precision": self.precision, "model": str(self.path),
+            "precision": self.precision, "runtime": "pytorch", "model": str(self.path),
+            "model_mb": round(self.path.stat().st_size / 1e6, 2),
             "lm": self.lms.get("lm") if token_lm is not None else None,
             "lm_order": token_lm.order if token_lm is not None else None,
             "word_lm": self.lms.get("word_lm") if word_lm is not None else None,

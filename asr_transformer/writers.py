@@ -115,3 +115,22 @@ def write_result(
             f.write(text)
         paths.append(path)
     return paths
+
+
+def write_hypotheses(folder: str | os.PathLike, utts, nbests: list, text: Callable[[list[int]], str]) -> None:
+    """A decoded manifest's results: `hyp.jsonl` ({"id", "text", "ref", "tokens", "score"}, and "nbest" where an
+    utterance has several hypotheses) in manifest order, and a Kaldi `text` file (`<id> <hyp>`, sorted by id),
+    atomically. nbests: per utterance its hypotheses (`decode.Hypothesis`), best first; text: tokens → text."""
+    records = []
+    for u, hyps in zip(utts, nbests):
+        rec = {"id": u.id, "text": text(hyps[0].tokens), "ref": u.text, "tokens": hyps[0].tokens, "score": hyps[0].score}
+        if len(hyps) > 1:
+            rec["nbest"] = [{"text": text(h.tokens), "tokens": h.tokens, "score": h.score} for h in hyps]
+        records.append(rec)
+    folder = Path(folder)
+    with atomic_open(folder / "hyp.jsonl") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    with atomic_open(folder / "text") as f:
+        for rec in sorted(records, key=lambda r: r["id"]):
+            f.write(f"{rec['id']} {rec['text']}".rstrip() + "\n")

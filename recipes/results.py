@@ -81,6 +81,9 @@ def decode_rows(decode_dir: Path) -> list[str]:
             mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` (beam "
                      f"{options.get('beam')}, weight {rtf.get('word_lm_weight'):g}, length bonus "
                      f"{options.get('length_penalty', 0.0):g})")
+        if rtf.get("runtime") == "onnxruntime" or rtf.get("precision") not in (None, "fp32"):  # asr export, int8
+            runtime = "ONNX export, " if rtf.get("runtime") == "onnxruntime" else ""
+            mode += f" ({runtime}{rtf.get('precision')}, {rtf.get('model_mb', float('nan')):g} MB)"
         rows.append(f"| {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {100 * result['ser']:.2f} | "
                     f"{rtf.get('rtf', float('nan')):.4f} | {rtf.get('threads', '')} |")
     return rows

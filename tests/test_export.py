@@ -165,3 +165,23 @@ def test_transcribe_an_export_without_torch(exported, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code.replace("'-f', 'json'", "'--mode', 'joint'")],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "joint beam search and LMs need the PyTorch package" in proc.stderr
+
+
+def test_asr_decode_an_export_writes_what_the_package_decoding_writes(exported, tone_corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+
+    root, _ = exported
+    for model, out in ((root / "onnx", tmp_path / "onnx"), (root / "model.pt", tmp_path / "package")):
+        run = CliRunner().invoke(app, ["decode", str(model), str(tone_corpus / "test.jsonl"), "--mode", "ctc,rescore",
+                                       "--threads", "1", "--batch-size", "3", "--out", str(out)])
+        assert run.exit_code == 0, run.output
+    for mode in ("ctc", "rescore"):
+        onnx, package = ([json.loads(line) for line in (tmp_path / kind / mode / "hyp.jsonl").read_text().splitlines()]
+                         for kind in ("onnx", "package"))
+        assert [(r["id"], r["tokens"], r["text"]) for r in onnx] == [(r["id"], r["tokens"], r["text"]) for r in package]
+        rtf = json.loads((tmp_path / "onnx" / mode / "rtf.json").read_text())
+        assert rtf["runtime"] == "onnxruntime" and rtf["utterances"] == 8 and rtf["model_mb"] > 0
+        assert json.loads((tmp_path / "onnx" / mode / "result.json").read_text())["wer"] == pytest.approx(
+            json.loads((tmp_path / "package" / mode / "result.json").read_text())["wer"])
