@@ -538,7 +538,6 @@ def package_(
         _fail(str(e))
     except OSError as e:
         _fail(f"{e.filename or model}: {e.strerror or e}")
-    typer.echo(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
     _print_info(out)
 
 

@@ -32,7 +32,7 @@ def describe(path: str | os.PathLike) -> str:
              f"{f.frame_shift_ms:g} ms; "
              + ("per-speaker mean" if m.speaker_cmn else "per-utterance mean" if m.utterance_cmn else "global CMVN")]
     for split, data in (info.get("trained_on") or {}).items():
-        lines.append(f"{'trained on' if split == 'train' else 'validated':<11} {data['manifest']}: "
+        lines.append(f"{'trained on' if split == 'train' else split + ' set':<11} {data['manifest']}: "
                      f"{data['utterances']} utterances, {data['hours']:g} h, {data['speakers']} speaker(s)")
     if "averaged" in info:
         by = "the last epochs" if info.get("by") == "last" else f"best {info.get('by')}"
