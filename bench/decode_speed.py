@@ -134,18 +134,13 @@ def _random_data(n: int, min_s: float, max_s: float, seed: int):
 def _manifest_data(model_path: str, manifest: str, n: int):
     import torch
 
-    from asr_transformer.data.audio import load_audio
-    from asr_transformer.data.features import fbank
+    from asr_transformer.data.audio import load_utterance
     from asr_transformer.data.manifest import read_manifest
-    from asr_transformer.package import load_package
+    from asr_transformer.recognizer import Recognizer
 
-    model, _, cfg = load_package(model_path)
-    feats = []
-    for u in read_manifest(manifest)[:n]:
-        wave = load_audio(u.audio, offset=u.offset or 0.0, duration=u.duration if u.offset is not None else None,
-                          sample_rate=cfg.features.sample_rate, allow_silent=True)
-        feats.append(fbank(torch.from_numpy(wave), cfg.features))
-    return model, cfg, feats
+    rec = Recognizer(model_path, device="cpu", threads=torch.get_num_threads(), lm=False, word_lm=False)
+    feats = [rec.features(load_utterance(u, rec.config.features.sample_rate)) for u in read_manifest(manifest)[:n]]
+    return rec.model, rec.config, feats
 
 
 def run_one(job: dict) -> dict:
