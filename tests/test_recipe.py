@@ -119,12 +119,14 @@ def test_kathleen_recipe_spells_words_through_the_cmu_lexicon_with_phones_and_ke
     assert (f"asr tokenizer {data}/train.jsonl --out {data}/tokenizer_phone --model-type phone --vocab-size 256 "
             f"--lexicon {data}/cmudict.dict") in steps
     assert f"--tokenizer {data}/tokenizer_phone --train-manifest train.jsonl" in steps and "--config conf/phone.yaml" in steps
-    lm_decode = steps[steps.index("--mode joint --beam 30"):]
-    assert "--lm " not in lm_decode and f"--word-lm {data}/words_4gram_text.arpa --word-lm-weight" in lm_decode
+    package = steps[steps.index("asr package"):steps.index("asr decode")]  # the LM setup goes into the package
+    assert "--mode joint --beam 30 --ctc-weight 0.5 --length-penalty 1.0" in package and "--lm " not in package
+    assert f"--word-lm {data}/words_4gram_text.arpa --word-lm-weight 0.5" in package
     assert "english_words" not in steps  # the random words feed the character LM only
     steps = planned("CONF=conf/conformer.yaml")
     assert f"--out {data}/tokenizer --model-type char" in steps and "cmudict" not in steps
-    assert f"--lm {data}/lm_8gram_words1000000_text.arpa --lm-weight 0.4 --length-penalty 1.5" in steps
+    assert (f"--length-penalty 1.5 --lm {data}/lm_8gram_words1000000_text.arpa --lm-weight 0.4 "
+            f"--word-lm {data}/words_4gram_text.arpa --word-lm-weight 0.4") in steps  # into the package
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
