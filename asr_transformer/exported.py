@@ -252,7 +252,8 @@ class ExportedRecognizer:
         return best
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
-        return self.tokenizer.decode(tokens)
+        """Tokens → text for people (a phone model's: words, the nearest for a non-word)."""
+        return getattr(self.tokenizer, "transcript", self.tokenizer.decode)(tokens)
 
     def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
                         score: bool = True) -> dict:

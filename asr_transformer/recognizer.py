@@ -28,6 +28,7 @@ from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, f
 from asr_transformer.package import check_precision, load_package, read_package
 from asr_transformer.writers import write_hypotheses
 
+
 def pick_device(device: str) -> torch.device:
     """"auto" → the first CUDA device if there is one, else the CPU; otherwise `device`, checked."""
     if device == "auto":
@@ -50,8 +51,8 @@ class Recognizer:
         package: a model package (`asr average`, `asr package`).
         device: cpu, cuda, cuda:N or auto. threads: CPU threads for torch (0: all cores).
         precision: fp32 | bf16 | fp16 | int8 | auto (`package.load_package`).
-        lm, word_lm: the token / word n-gram LM: None (default) the package's own, if it has one; False none;
-            a path: that ARPA file (`asr lm`, `asr lm --words`).
+        lm, word_lm: the token / word n-gram LM: None (default) the package's own, if it has one; True the
+            package's, an error if it has none; False none; a path: that ARPA file (`asr lm`, `asr lm --words`).
         options: DecodeConfig fields that override the package's decoding defaults.
     Attributes:
         model (ASRModel), tokenizer, config (the package's Config), options (the DecodeConfig in use), device,
@@ -80,16 +81,30 @@ class Recognizer:
             raise DecodeError(f"beam and batch_size must be at least 1 (got {self.options.beam}, "
                               f"{self.options.batch_size})")
         self.lms: dict[str, str] = {}
-        loaded = {kind: self._read_lm(kind, source, state) for kind, source in (("lm", lm), ("word_lm", word_lm))}
-        self.fusion, self.fusion_weight = fusion_lm(self.tokenizer, loaded["lm"], self.options.lm_weight,
-                                                    loaded["word_lm"], self.options.word_lm_weight)
+        self._lm_sources, self._stored_lms = {"lm": lm, "word_lm": word_lm}, state.get("lms") or {}
+        self._fusion = None  # (the LM to fuse, its weight), read when a mode that fuses one first runs
+        if self.options.mode in LM_MODES:
+            self._fused()
 
-    def _read_lm(self, kind: str, source, state: dict):
+    def _fused(self) -> tuple:
+        """(the LM to fuse or None, its weight): `search.fusion_lm` of the LMs, read on the first call."""
+        if self._fusion is None:
+            loaded = {kind: self._read_lm(kind, source) for kind, source in self._lm_sources.items()}
+            self._fusion = fusion_lm(self.tokenizer, loaded["lm"], self.options.lm_weight, loaded["word_lm"],
+                                     self.options.word_lm_weight)
+        return self._fusion
+
+    @property
+    def fusion(self):
+        """The LM fused in the beam, joint and rescore modes (an NgramLM, WordBoundaryLM or LexiconLM), or None."""
+        return self._fused()[0]
+
+    def _read_lm(self, kind: str, source):
         """The NgramLM of `kind` from `source` (see the class docstring), or None."""
         if source is False:
             return None
         if source is None or source is True:
-            stored = (state.get("lms") or {}).get(kind)
+            stored = self._stored_lms.get(kind)
             if stored is None:
                 if source is True:
                     raise DecodeError(f"{self.path}: the package holds no {kind.replace('_', ' ')}")
@@ -113,8 +128,10 @@ class Recognizer:
         """Decode a batch: feats (B, T, F) raw log-mel, feat_lens (B,) → per utterance its n-best, best first.
         `mode` overrides the options' mode; the LMs take part in the modes that fuse one (beam, joint, rescore);
         speaker_mean (B, F) as `search.recognize`."""
-        opts = replace(self.options, mode=mode or self.options.mode, lm_weight=self.fusion_weight)
-        return recognize(self.model, feats, feat_lens, opts, lm=self.fusion, speaker_mean=speaker_mean)
+        mode = mode or self.options.mode
+        lm, weight = self._fused() if mode in LM_MODES else (None, 0.0)
+        opts = replace(self.options, mode=mode, lm_weight=weight)
+        return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean)
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,

@@ -66,17 +66,43 @@ def test_phone_tokenizer(lexicon, tmp_path):
     assert tok.encode("the dog") == tok.encode("the")[:3] + [tok.word_start, UNK]
     # homophones decode to the one the training texts use most ("to" twice, "two" once, "too" never)
     assert tok.decode(tok.encode("too")) == "to"
-    # a phone sequence that is no word becomes the word fewest phone edits away (one edit: "cat"; two: "cats")
+    # a phone sequence that is no word: in capitals for scoring (an error), the word fewest phone edits away for
+    # people (one edit: "cat"; two: "cats")
     k, ae, t = tok.encode("cat")[1:4]
     s, m = tok.encode("cats")[4], tok.encode("mat")[1]
-    assert tok.decode([tok.word_start, k, ae, tok.word_start, k, ae, k, tok.word_start, k, ae, t, s, s]) == "cat cat cats"
+    assert tok.decode([tok.word_start, k, ae, tok.word_start, k, ae, k]) == "KAE KAEK"
+    ids = [tok.word_start, k, ae, tok.word_start, k, ae, k, tok.word_start, k, ae, t, s, s, tok.word_start, k, ae, t]
+    assert tok.transcript(ids) == "cat cat cats cat"
     # among words equally near, the one the training texts use most ("mat" twice, "cat" twice but later, "sat" 3 times)
-    assert tok.decode([tok.word_start, m, ae, t, t]) == "mat"
-    assert tok.decode([tok.word_start, s, ae, t, s, s]) == "sat"
+    assert tok.transcript([tok.word_start, m, ae, t, t]) == "mat"
+    assert tok.transcript([tok.word_start, s, ae, t, s, s]) == "sat"
     # the same tokenizer from its directory and from a package's bytes
     for again in (load_tokenizer(tmp_path / "tok"), tokenizer_from_bytes(tok.model_bytes, tok.meta())):
         assert again.model_type == "phone" and again.encode("two cats") == tok.encode("two cats")
         assert again.decode(tok.encode("two cats")) == "to cats"
+
+
+def test_nearest_word_is_the_brute_force_nearest(lexicon, tmp_path):
+    """Fewest edits, then the preferred word, over every pronunciation: as a plain dynamic program finds it."""
+    import random
+
+    tok, _ = train_phone_tokenizer(TEXTS, tmp_path / "tok", lexicon)
+
+    def distance(a, b):
+        row = list(range(len(b) + 1))
+        for i, x in enumerate(a, 1):
+            prev, row[0] = row[0], i
+            for j, y in enumerate(b, 1):
+                prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+        return row[-1]
+
+    prons = list(tok.word_of)  # in order of preference
+    phones = sorted({ph for p in prons for ph in p} | {"zh"})  # "zh": a phone no word has
+    rng = random.Random(0)
+    for _ in range(200):
+        query = tuple(rng.choice(phones) for _ in range(rng.randint(1, 9)))
+        best = min(range(len(prons)), key=lambda r: (distance(query, prons[r]), r))
+        assert tok.nearest_word(query) == tok.word_of[prons[best]], query
 
 
 def test_training_leaves_out_unpronounceable_utterances(lexicon, tmp_path):

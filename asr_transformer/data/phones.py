@@ -8,8 +8,8 @@ Ids 0-4 are the reserved specials, 5 is ``▁`` (a word starts, as in sentencepi
 in sorted order. ``encode("the cat")`` gives ``▁ dh ah ▁ k ae t``; a word the lexicon does not know gives
 ``▁ <unk>`` (training leaves such utterances out). ``decode`` maps each word's phones back to the lexicon's
 word with that pronunciation (homophones: the one most frequent in the tokenizer's training texts); a phone
-sequence that is no word's becomes the word whose pronunciation is fewest phone edits away, so a transcript
-holds only words.
+sequence that is no word's is written in capitals (``KAET``), so that it scores as an error; ``transcript``,
+what people read, writes the word whose pronunciation is fewest phone edits away instead.
 
 A phone tokenizer is a directory holding ``tokenizer.json`` (format, unit type ``phone``, normalizer, phones)
 and ``lexicon.txt`` (CMUdict format, homophones in order of preference), both written atomically.
@@ -45,7 +45,7 @@ class PhoneTokenizer:
         self.word_start = self._ids[WORD_START]
         self.word_of: dict[tuple[str, ...], str] = {}  # pronunciation → preferred word
         self._nearest: dict[tuple[str, ...], str] = {}  # a pronunciation no word has → the nearest word
-        self._table = None  # every pronunciation as phone ids, for `nearest_word`
+        self._by_length = None  # length → (preference ranks, phone ids) of the pronunciations, for `nearest_word`
         for word, prons in lexicon.items():
             for pron in prons:
                 self.word_of.setdefault(pron, word)
@@ -85,8 +85,13 @@ class PhoneTokenizer:
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids → words; special ids are dropped, a phone sequence no word has becomes the nearest word."""
+        """Ids → words; special ids are dropped, a phone sequence no word has is written in capitals (``KAET``), so
+        that it scores as an error (the trainer's dev CER). `transcript` writes the nearest word instead."""
         return " ".join(self.word(phones) for phones in self.split_words(ids))
+
+    def transcript(self, ids: Iterable[int]) -> str:
+        """Ids → words for people: as `decode`, but a phone sequence no word has becomes the nearest word."""
+        return " ".join(self.spoken_word(phones) for phones in self.split_words(ids))
 
     def split_words(self, ids: Iterable[int]) -> list[list[int]]:
         """Ids → the phone ids of each word (split at ``▁``; special ids dropped, empty words skipped)."""
@@ -100,34 +105,43 @@ class PhoneTokenizer:
         return words
 
     def word(self, phones: list[int]) -> str:
+        """One word's phone ids → the lexicon's word with that pronunciation, or the phones in capitals."""
+        pron = tuple(self._pieces[i] for i in phones)
+        return self.word_of.get(pron) or "".join(pron).upper()
+
+    def spoken_word(self, phones: list[int]) -> str:
         """One word's phone ids → the lexicon's word with that pronunciation, or else the nearest one's."""
         pron = tuple(self._pieces[i] for i in phones)
         return self.word_of.get(pron) or self.nearest_word(pron)
 
     def nearest_word(self, pron: tuple[str, ...]) -> str:
         """The lexicon's word whose pronunciation is the fewest phone edits (insertions, deletions, substitutions)
-        from `pron`; among equals, the preferred one (the lexicon's order). One vectorized edit-distance pass over
-        every pronunciation (tens of milliseconds for CMUdict), cached."""
+        from `pron`; among equals, the preferred one (the lexicon's order). Cached.
+
+        Edit distances are computed for all pronunciations of a length at once (numpy, one pass per phone of
+        `pron`), nearest lengths first: a pronunciation k phones longer or shorter is at least k edits away, so
+        lengths within k of `pron`'s suffice once the best distance found is at most k."""
         if pron in self._nearest:
             return self._nearest[pron]
-        if self._table is None:
+        if self._by_length is None:
             prons = list(self.word_of)
-            table = np.full((len(prons), max(map(len, prons))), -1, np.int32)
-            for row, p in enumerate(prons):
-                table[row, :len(p)] = [self._ids.get(ph, -2) for ph in p]
-            self._table = (prons, table, np.array([len(p) for p in prons]))
-        prons, table, lengths = self._table
-        n, width = len(table), table.shape[1]
-        previous = np.tile(np.arange(width + 1), (n, 1))  # distances from the empty prefix of `pron`
-        for i, phone in enumerate(pron, 1):
-            keep_or_swap = previous[:, :-1] + (table != self._ids.get(phone, -3))
-            best = np.minimum(keep_or_swap, previous[:, 1:] + 1)  # or delete that phone of `pron`
-            current = np.empty_like(previous)
-            current[:, 0] = i
-            for j in range(1, width + 1):  # or insert a candidate's phone
-                current[:, j] = np.minimum(best[:, j - 1], current[:, j - 1] + 1)
-            previous = current
-        word = self.word_of[prons[int(np.argmin(previous[np.arange(n), lengths]))]]
+            self._by_length = {}
+            for length in sorted({len(p) for p in prons}):
+                rows = [r for r, p in enumerate(prons) if len(p) == length]
+                table = np.array([[self._ids.get(ph, -2) for ph in prons[r]] for r in rows], np.int16)
+                self._by_length[length] = (np.array(rows), table)
+            self._prons = prons
+        query = np.array([self._ids.get(ph, -3) for ph in pron], np.int16)
+        n, best = len(query), (np.iinfo(np.int64).max, 0)  # (distance, preference rank)
+        for low, high in ((0, 1), (2, 2), (3, 4), (5, max(self._by_length) + n)):  # |length difference|
+            for length, (rows, table) in self._by_length.items():
+                if low <= abs(length - n) <= high:
+                    distance = _edit_distances(query, table)
+                    i = int(np.lexsort((rows, distance))[0])
+                    best = min(best, (int(distance[i]), int(rows[i])))
+            if best[0] <= high:  # any word of a length not yet tried is more than `high` edits away
+                break
+        word = self.word_of[self._prons[best[1]]]
         self._nearest[pron] = word
         return word
 
@@ -157,3 +171,19 @@ def train_phone_tokenizer(texts: Iterable[str], out_dir: str | os.PathLike, lexi
     tok = PhoneTokenizer.load(out_dir, {"phones": phones, "normalizer": asdict(normalizer)})
     write_json(out_dir / "tokenizer.json", tok.meta())
     return tok, Counter({w: c for w, c in counts.items() if not tok.pronounce(w)})
+
+
+def _edit_distances(query: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Levenshtein distances from `query` (n,) to every row of `table` (N, L) of phone ids → (N,).
+
+    Row by row of the classic table; within a row the insertions' chain  d[j] = min(c[j], d[j−1] + 1)  is the
+    running minimum of c[j] − j, plus j."""
+    N, L = table.shape
+    steps = np.arange(L + 1, dtype=np.int16)
+    previous = np.broadcast_to(steps, (N, L + 1))
+    for i, phone in enumerate(query, 1):
+        c = np.empty((N, L + 1), np.int16)
+        c[:, 0] = i
+        c[:, 1:] = np.minimum(previous[:, :-1] + (table != phone), previous[:, 1:] + 1)
+        previous = np.minimum.accumulate(c - steps, axis=1) + steps
+    return previous[:, L]

@@ -138,9 +138,8 @@ class LexiconLM:
 
     def transcript(self, tokens: Sequence[int]) -> str:
         """The words of a hypothesis, each homophone as this LM chose it; phones that spell no word of the LM (a
-        search cut short, or a rescored CTC n-best entry outside the lexicon) as the tokenizer decodes them (the
-        lexicon's nearest word)."""
+        search cut short, or a rescored CTC n-best entry outside the lexicon) as the lexicon's nearest word."""
         tokens = [t for t in map(int, tokens) if t > MASK]
         done, _ = self._walk((SOS, *tokens, self.word_start))  # one word id per word of split_words
-        return " ".join(self.spelling[w] if w != UNK else self.tokenizer.word(phones)
+        return " ".join(self.spelling[w] if w != UNK else self.tokenizer.spoken_word(phones)
                         for w, phones in zip(done, self.tokenizer.split_words(tokens)))

@@ -189,5 +189,6 @@ def fusion_lm(tokenizer, token_lm=None, lm_weight: float = 0.5, word_lm=None, wo
 
 
 def transcriber(tokenizer, lm=None):
-    """tokens → text: the tokenizer's decoding, or a LexiconLM's words (the homophones it chose) when it took part."""
-    return getattr(lm, "transcript", None) or tokenizer.decode
+    """tokens → text for people: a LexiconLM's words (the homophones it chose) when it took part, else the
+    tokenizer's `transcript` (a phone tokenizer's: words, the nearest for a non-word) or `decode`."""
+    return getattr(lm, "transcript", None) or getattr(tokenizer, "transcript", None) or tokenizer.decode
