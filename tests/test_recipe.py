@@ -53,6 +53,7 @@ def test_default_recipe_in_miniature(tmp_path):
         assert (exp / f"decode_{split}_lm" / "result.json").exists() and (data / "lm_2gram.arpa").exists()
     info = subprocess.run([str(asr), "info", str(exp / "model.pt")], capture_output=True, text=True).stdout
     assert "mode beam, beam 2, CTC weight 0.5, length bonus 0, LM weight 0.2" in info
+    assert re.search(rf"trained on +{data}/train.jsonl: \d+ utterances", info) and "dev set " in info
     assert re.search(r"dev: +WER [\d.]+ %.*\n.*test: +WER [\d.]+ %, CER [\d.]+ % on 6 utterances \(decoded with these", info)
     train_texts = len((data / "train.jsonl").read_text().splitlines()) - 1  # less the header line
     assert f"2-gram LM from {train_texts + 2} sentences" in result.stdout  # the training texts and LM_TEXT's 2
