@@ -9,6 +9,8 @@
     decoder_step.onnx  tokens (N, 1) int64, offset (1,) int64 (the position of `tokens`), enc_mask (N, T') bool,
                        self_kv_i (N, L, 2D) (L = offset; empty on the first step), cross_kv_i (N, T', 2D)
                        → log_probs (N, V) of the next token, self_kv_out_i (N, L + 1, 2D)
+    decoder.onnx       tokens (N, L) int64 (<sos> first), token_lens (N,), enc_mask (N, T'), cross_kv_i
+                       → log_probs (N, L, V): every position at once, for attention rescoring
     tokenizer.bin      the tokenizer (a sentencepiece model, or a phone tokenizer's lexicon)
     export.json        format and version, the config (features, model shape, decoding defaults), the
                        tokenizer's metadata, the files and their precision
@@ -57,20 +59,33 @@ class DecoderStepExport(nn.Module):
     """One autoregressive decoder step with its key/value caches (see the module docstring). Equals
     `Decoder.step` for one new position; the position comes in as a tensor so that the graph keeps it."""
 
-    def __init__(self, model, positions: int = MAX_POSITIONS):
+    def __init__(self, model):
         super().__init__()
         self.decoder = model.decoder
-        self.register_buffer("pe", model.decoder.pos.pe[:positions].clone(), persistent=False)
 
     def forward(self, tokens: torch.Tensor, offset: torch.Tensor, enc_mask: torch.Tensor, *caches: torch.Tensor):
         dec, M = self.decoder, len(self.decoder.layers)
-        x = dec.embed(tokens) * dec.pos.xscale + self.pe.index_select(0, offset).unsqueeze(0)  # (N, 1, D)
+        x = dec.embed(tokens) * dec.pos.xscale + dec.pos.pe.index_select(0, offset).unsqueeze(0)  # (N, 1, D)
         memory_mask = enc_mask.unsqueeze(1)  # (N, 1, T')
         new_self = []
         for layer, self_kv, cross_kv in zip(dec.layers, caches[:M], caches[M:]):
             x, (self_kv, _) = layer(x, None, None, memory_mask, (self_kv, cross_kv))
             new_self.append(self_kv)
         return (F.log_softmax(dec.output(dec.norm(x[:, -1])).float(), dim=-1), *new_self)
+
+
+class DecoderExport(nn.Module):
+    """The whole decoder over given token sequences at once (teacher forcing; causal), for attention rescoring:
+    one call instead of a step per token. Equals `decode.cross.decoder_logits` followed by log_softmax."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, token_lens: torch.Tensor, enc_mask: torch.Tensor, *cross: torch.Tensor):
+        from asr_transformer.decode.cross import decoder_logits
+
+        return F.log_softmax(decoder_logits(self.model, list(cross), enc_mask, tokens, token_lens).float(), dim=-1)
 
 
 def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
@@ -83,7 +98,9 @@ def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
     enc_mask = torch.arange(cross[0].size(1)) < enc_lens.unsqueeze(1)
     self_kv = [torch.randn(batch, prefix, 2 * d) for _ in range(layers)]
     step = (torch.full((batch, 1), 5, dtype=torch.long), torch.tensor([prefix]), enc_mask, *self_kv, *cross)
-    return (feats, feat_lens), step
+    tokens = torch.full((batch, prefix + 2), 5, dtype=torch.long)
+    forced = (tokens, torch.tensor([prefix + 2] + [prefix] * (batch - 1)), enc_mask, *cross)
+    return (feats, feat_lens), step, forced
 
 
 def _names(layers: int):
@@ -99,7 +116,11 @@ def _names(layers: int):
                               "log_probs": {0: "hyps"}, **{n: {0: "hyps", 1: "prefix"} for n in self_in},
                               **{n: {0: "hyps", 1: "prefix_out"} for n in self_out},
                               **{n: {0: "hyps", 1: "enc_frames"} for n in cross}})
-    return encoder, step
+    forced = dict(input_names=["tokens", "token_lens", "enc_mask", *cross], output_names=["log_probs"],
+                  dynamic_axes={"tokens": {0: "hyps", 1: "length"}, "token_lens": {0: "hyps"},
+                                "enc_mask": {0: "hyps", 1: "enc_frames"}, "log_probs": {0: "hyps", 1: "length"},
+                                **{n: {0: "hyps", 1: "enc_frames"} for n in cross}})
+    return encoder, step, forced
 
 
 def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str = "onnx", int8: bool = False,
@@ -120,16 +141,17 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
         raise ValueError(f"{package}: a model.speaker_cmn model normalizes by speaker means computed outside the "
                          "model; export supports global and per-utterance CMVN")
     cfg.decode.mode = mode or (cfg.decode.mode if cfg.decode.mode in EXPORTED_MODES else "rescore")
+    model.decoder.pos.pe = model.decoder.pos.pe[:MAX_POSITIONS].clone()  # a constant of the decoder graphs
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    encoder, step = EncoderExport(model).eval(), DecoderStepExport(model).eval()
-    encoder_inputs, step_inputs = example_inputs(model)
+    graphs = {"encoder": EncoderExport(model).eval(), "decoder_step": DecoderStepExport(model).eval(),
+              "decoder": DecoderExport(model).eval()}
     suffix = "onnx" if fmt == "onnx" else "pt"
-    files = {"encoder": f"encoder.{suffix}", "decoder_step": f"decoder_step.{suffix}"}
+    files = {name: f"{name}.{suffix}" for name in graphs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings: the batch shapes are traced dynamic, masks always kept
-        for module, inputs, names, name in ((encoder, encoder_inputs, _names(len(model.decoder.layers))[0], "encoder"),
-                                            (step, step_inputs, _names(len(model.decoder.layers))[1], "decoder_step")):
+        for (name, module), inputs, names in zip(graphs.items(), example_inputs(model),
+                                                 _names(len(model.decoder.layers))):
             target = out / files[name]
             tmp = target.with_name(f".{target.name}.tmp")
             if fmt == "onnx":

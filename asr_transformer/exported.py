@@ -5,9 +5,9 @@
     print(asr.transcribe("audio.wav")["text"])
 
 `asr transcribe --model DIR` takes this path when DIR is an export. Decoding modes (`EXPORTED_MODES`):
-ctc (best path), ctc_beam (CTC prefix beam search), rescore (ctc_beam's n-best rescored by the attention decoder
-step by step with its key/value cache: λ·log P_ctc + (1−λ)·log p_att + length bonus) and greedy (autoregressive
-attention decoding). Joint CTC/attention beam search and the n-gram LMs need the PyTorch package. Audio at
+ctc (best path), ctc_beam (CTC prefix beam search), rescore (ctc_beam's n-best rescored by the attention decoder,
+all positions at once: λ·log P_ctc + (1−λ)·log p_att + length bonus) and greedy (autoregressive attention
+decoding, a step at a time with the key/value cache). Joint CTC/attention beam search and the n-gram LMs need the PyTorch package. Audio at
 other rates than 16 kHz is resampled with torchaudio, so 16 kHz input keeps PyTorch out entirely.
 """
 
@@ -88,37 +88,69 @@ def ctc_greedy(log_probs: np.ndarray, length: int) -> Hypothesis:
     return Hypothesis(tokens, score, {"ctc": score})
 
 
+_HASH_MUL = 1_000_003  # prefix hash h·c = h·_HASH_MUL + c + 1 (int64, wrapping), as decode/ctc_prefix.py
+
+
+def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
+    top = x.max(axis=axis, keepdims=True)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        return (np.log(np.exp(x - safe).sum(axis=axis, keepdims=True)) + safe).squeeze(axis)
+
+
 def ctc_prefix_beam_search(log_probs: np.ndarray, length: int, beam: int) -> list[Hypothesis]:
     """CTC prefix beam search over one utterance's log_probs (T, V), the numpy twin of
-    `decode.ctc_prefix.ctc_prefix_beam_search`: each frame, every prefix stays or grows by one of the `beam` most
-    probable tokens; equal prefixes merge; the `beam` most probable survive. → hypotheses, best first."""
-    x = log_probs[:length].astype(np.float64)
-    V = x.shape[1]
-    K = max(1, min(beam, V - 1))
-    beams: dict[tuple, tuple[float, float]] = {(): (0.0, NEG_INF)}  # prefix → (log P ending in blank, in a token)
-    for t in range(length):
-        candidates = x[t].copy()
-        candidates[BLANK] = NEG_INF
-        top = np.argsort(-candidates, kind="stable")[:K]
-        grown: dict[tuple, list[float]] = {}
-
-        def add(prefix, pb, pnb):
-            old = grown.setdefault(prefix, [NEG_INF, NEG_INF])
-            old[0], old[1] = np.logaddexp(old[0], pb), np.logaddexp(old[1], pnb)
-
-        for prefix, (pb, pnb) in beams.items():
+    `decode.ctc_prefix.ctc_prefix_beam_search` (the same steps, vectorized over beams × tokens): each frame,
+    every prefix stays or grows by one of the `beam` most probable tokens; an extension equal to a prefix in the
+    beam merges into it; the `beam` most probable survive. → hypotheses, best first."""
+    x = log_probs[:length].astype(np.float32)
+    T, V = x.shape
+    W, K = beam, max(1, min(beam, V - 1))
+    tokens_only = x.copy()
+    tokens_only[:, BLANK] = NEG_INF
+    top_tok = np.argsort(-tokens_only, axis=1, kind="stable")[:, :K]  # (T, K)
+    top_lp = np.take_along_axis(x, top_tok, 1)
+    pb = np.full(W, NEG_INF, np.float32)
+    pb[0] = 0.0
+    pnb = np.full(W, NEG_INF, np.float32)
+    last, size, hsh = np.full(W, -1), np.zeros(W, np.int64), np.zeros(W, np.int64)
+    parents, emits = [], []
+    with np.errstate(over="ignore"):
+        for t in range(T):
+            ck, lk = top_tok[t], top_lp[t]
             total = np.logaddexp(pb, pnb)
-            stay_nb = pnb + x[t, prefix[-1]] if prefix else NEG_INF
-            add(prefix, total + x[t, BLANK], stay_nb)
-            for c in top:
-                c = int(c)
-                via = pb if prefix and c == prefix[-1] else total  # a repeat needs a blank between
-                add(prefix + (c,), NEG_INF, via + x[t, c])
-        ranked = sorted(grown.items(), key=lambda kv: -np.logaddexp(*kv[1]))[:beam]
-        beams = {p: (s[0], s[1]) for p, s in ranked}
-    hyps = [Hypothesis(list(p), float(np.logaddexp(pb, pnb)), {"ctc": float(np.logaddexp(pb, pnb))})
-            for p, (pb, pnb) in beams.items()]
-    return sorted([h for h in hyps if h.score > NEG_INF], key=lambda h: -h.score)
+            stay_b = total + x[t, BLANK]
+            stay_nb = pnb + np.where(last >= 0, x[t, np.maximum(last, 0)], NEG_INF)
+            ext = (np.where(ck[None, :] == last[:, None], pb[:, None], total[:, None]) + lk[None, :]).ravel()
+            ext_hash = (hsh[:, None] * _HASH_MUL + ck[None, :] + 1).ravel()
+            ext_size, ext_last = np.repeat(size + 1, K), np.tile(ck, W)
+            match = ((hsh[:, None] == ext_hash[None, :]) & (size[:, None] == ext_size[None, :])
+                     & (last[:, None] == ext_last[None, :]) & np.isfinite(total)[:, None])  # (W, W·K)
+            stay_nb = np.logaddexp(stay_nb, _logsumexp(np.where(match, ext[None, :], NEG_INF), 1)).astype(np.float32)
+            ext = np.where(match.any(0), NEG_INF, ext).astype(np.float32)
+            idx = np.argsort(-np.concatenate([np.logaddexp(stay_b, stay_nb), ext]), kind="stable")[:W]
+            stay = idx < W
+            e = np.maximum(idx - W, 0)
+            src = np.where(stay, idx, e // K)
+            token = np.where(stay, -1, ext_last[e])
+            pb = np.where(stay, stay_b[src], NEG_INF).astype(np.float32)
+            pnb = np.where(stay, stay_nb[src], ext[e]).astype(np.float32)
+            last, size = np.where(stay, last[src], token), np.where(stay, size[src], ext_size[e])
+            hsh = np.where(stay, hsh[src], ext_hash[e])
+            parents.append(src)
+            emits.append(token)
+    scores = np.logaddexp(pb, pnb)
+    hyps = []
+    for w in np.argsort(-scores, kind="stable"):
+        if not np.isfinite(scores[w]):
+            continue
+        tokens, i = [], w
+        for t in range(T - 1, -1, -1):  # backtrack the emitted tokens
+            if emits[t][i] >= 0:
+                tokens.append(int(emits[t][i]))
+            i = parents[t][i]
+        hyps.append(Hypothesis(tokens[::-1], float(scores[w]), {"ctc": float(scores[w])}))
+    return hyps
 
 
 # ------------------------------------------------------------------------------------------- recognizer
@@ -156,8 +188,9 @@ class ExportedRecognizer:
         so.log_severity_level = 3
         self.encoder = ort.InferenceSession(str(self.path / meta["files"]["encoder"]), so,
                                             providers=["CPUExecutionProvider"])
-        self.decoder_step = ort.InferenceSession(str(self.path / meta["files"]["decoder_step"]), so,
-                                                 providers=["CPUExecutionProvider"])
+        self.decoder_step, self.decoder = (
+            ort.InferenceSession(str(self.path / meta["files"][name]), so, providers=["CPUExecutionProvider"])
+            for name in ("decoder_step", "decoder"))
         self.layers = sum(o.name.startswith("cross_kv_") for o in self.encoder.get_outputs())
         self.device, self.precision, self.lms = "cpu", meta.get("precision", "fp32"), {}
 
@@ -185,7 +218,8 @@ class ExportedRecognizer:
         return [np.zeros((rows, 0, cross[0].shape[-1]), np.float32) for _ in range(self.layers)]
 
     def attention_scores(self, cross: list, enc_lens: np.ndarray, utt: np.ndarray, seqs: list[list[int]]) -> np.ndarray:
-        """log p_att(y <eos> | x) of token sequences `seqs`, sequence m of utterance utt[m], step by step."""
+        """log p_att(y <eos> | x) of token sequences `seqs`, sequence m of utterance utt[m] (the teacher-forced
+        decoder graph, as `search.attention_scores`)."""
         M, L = len(seqs), max((len(s) for s in seqs), default=0) + 1
         ys_in = np.full((M, L), PAD, np.int64)
         target = np.full((M, L), IGNORE_ID, np.int64)
@@ -196,12 +230,11 @@ class ExportedRecognizer:
             target[m, len(s)] = EOS
         kv = [c[utt] for c in cross]
         enc_mask = np.arange(kv[0].shape[1])[None, :] < enc_lens[utt][:, None]
-        self_kv, total = self._empty_cache(M, kv), np.zeros(M)
-        for t in range(L):
-            log_probs, self_kv = self._step(ys_in[:, t], t, enc_mask, self_kv, kv)
-            rows = np.flatnonzero(target[:, t] >= 0)
-            total[rows] += log_probs[rows, target[rows, t]]
-        return total
+        feeds = {"tokens": ys_in, "token_lens": np.array([len(s) + 1 for s in seqs], np.int64), "enc_mask": enc_mask}
+        feeds.update({f"cross_kv_{i}": c for i, c in enumerate(kv)})
+        log_probs = self.decoder.run(None, feeds)[0]  # (M, L, V), every position in one call
+        picked = np.take_along_axis(log_probs, np.maximum(target, 0)[..., None], -1)[..., 0]
+        return (picked * (target >= 0)).sum(1)
 
     def greedy(self, cross: list, enc_lens: np.ndarray, max_len_ratio: float) -> list[Hypothesis]:
         """Autoregressive greedy attention decoding of a batch, up to max_len_ratio × encoder frames tokens."""

@@ -18,7 +18,7 @@ from asr_transformer.config import PRESETS, Config, ModelConfig  # noqa: E402
 from asr_transformer.data.audio import load_utterance  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
 from asr_transformer.data.tokenizer import load_tokenizer  # noqa: E402
-from asr_transformer.export import DecoderStepExport, EncoderExport, export_package  # noqa: E402
+from asr_transformer.export import DecoderExport, DecoderStepExport, EncoderExport, export_package  # noqa: E402
 from asr_transformer.exported import EXPORTED_MODES, ExportedRecognizer, fbank  # noqa: E402
 from asr_transformer.model.asr import ASRModel  # noqa: E402
 from asr_transformer.package import save_package  # noqa: E402
@@ -101,6 +101,20 @@ def test_onnx_encoder_and_decoder_step_equal_pytorch(exported, B, T):
         log_probs, *new_cache = step.run(None, {n: t.numpy() for n, t in zip(names, inputs)})
         np.testing.assert_allclose(log_probs, expected_lp.numpy(), atol=1e-4)
         assert all(c.shape[1] == prefix + 1 for c in new_cache)
+    # the teacher-forced decoder: every position at once, sequences of several lengths (padded)
+    decoder = ort.InferenceSession(str(root / "onnx/decoder.onnx"), providers=["CPUExecutionProvider"])
+    _, _, enc_mask, *rest = step_inputs(model, feats, lens, 0)[0]
+    cross = rest[len(rest) // 2:]
+    tokens = torch.randint(5, model.cfg.vocab_size, (B, 7), generator=torch.Generator().manual_seed(2))
+    tokens[:, 0] = 2
+    token_lens = torch.tensor([7] + [max(1, 7 - 2 * i) for i in range(1, B)])
+    with torch.no_grad():
+        expected_lp = DecoderExport(model)(tokens, token_lens, enc_mask, *cross)
+    feeds = {"tokens": tokens.numpy(), "token_lens": token_lens.numpy(), "enc_mask": enc_mask.numpy(),
+             **{f"cross_kv_{i}": c.numpy() for i, c in enumerate(cross)}}
+    got = decoder.run(None, feeds)[0]
+    valid = (np.arange(7)[None] < token_lens.numpy()[:, None])[..., None]
+    np.testing.assert_allclose(np.where(valid, got, 0), np.where(valid, expected_lp.numpy(), 0), atol=1e-4)
 
 
 @pytest.mark.parametrize("B,T", SHAPES[:2])
@@ -133,8 +147,7 @@ def test_exported_recognizer_writes_the_package_transcripts(exported, tone_corpu
 def test_int8_export_is_smaller_and_close(exported, tone_corpus):
     root, _ = exported
     assert json.loads((root / "int8/export.json").read_text())["precision"] == "int8"
-    size = {kind: sum((root / kind / name).stat().st_size for name in ("encoder.onnx", "decoder_step.onnx"))
-            for kind in ("onnx", "int8")}
+    size = {kind: sum(f.stat().st_size for f in (root / kind).glob("*.onnx")) for kind in ("onnx", "int8")}
     assert size["int8"] < 0.8 * size["onnx"]  # the matrix products' weights int8; convolutions, embeddings stay fp32
     waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
     fp32, int8 = ExportedRecognizer(root / "onnx", threads=1), ExportedRecognizer(root / "int8", threads=1)
@@ -185,3 +198,17 @@ def test_asr_decode_an_export_writes_what_the_package_decoding_writes(exported, 
         assert rtf["runtime"] == "onnxruntime" and rtf["utterances"] == 8 and rtf["model_mb"] > 0
         assert json.loads((tmp_path / "onnx" / mode / "result.json").read_text())["wer"] == pytest.approx(
             json.loads((tmp_path / "package" / mode / "result.json").read_text())["wer"])
+
+
+@pytest.mark.parametrize("beam", [1, 3, 8])
+def test_numpy_ctc_prefix_beam_search_equals_the_torch_one(beam):
+    from asr_transformer.decode.ctc_prefix import ctc_prefix_beam_search as torch_search
+    from asr_transformer.exported import ctc_prefix_beam_search
+
+    g = torch.Generator().manual_seed(beam)
+    for T, V in ((1, 5), (30, 8), (60, 20)):
+        log_probs = (torch.randn(1, T, V, generator=g) * 3).log_softmax(-1)
+        want = torch_search(log_probs, torch.tensor([T]), beam)[0]
+        got = ctc_prefix_beam_search(log_probs[0].numpy(), T, beam)
+        assert [h.tokens for h in got] == [h.tokens for h in want]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-4)
