@@ -200,7 +200,8 @@ class ExportedRecognizer:
     def encode(self, feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Utterances' features [(T, F)] → CTC log-probs (B, T', V), encoder lengths (B,), cross keys|values."""
         lens = np.array([f.shape[0] for f in feats], np.int64)
-        padded = np.zeros((len(feats), max(int(lens.max()), 1), self.config.features.num_mel_bins), np.float32)
+        frames = max(int(lens.max()), 16)  # at least one encoder frame in the batch (padding changes no output)
+        padded = np.zeros((len(feats), frames, self.config.features.num_mel_bins), np.float32)
         for i, f in enumerate(feats):
             padded[i, :f.shape[0]] = f
         ctc, enc_lens, *cross = self.encoder.run(None, {"feats": padded, "feat_lens": lens})
@@ -266,6 +267,8 @@ class ExportedRecognizer:
         """Utterances' log-mel features [(T, F)] decoded together with `opts` → the best hypothesis of each."""
         ctc, enc_lens, cross = self.encode(feats)
         B, mode = len(feats), opts.mode
+        if int(enc_lens.max()) == 0:  # every utterance too short to give one encoder frame (as search.recognize)
+            return [Hypothesis([], 0.0) for _ in range(B)]
         if mode == "ctc":
             return [ctc_greedy(ctc[b], int(enc_lens[b])) for b in range(B)]
         if mode == "greedy":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 import sys
 
 import numpy as np
@@ -212,3 +213,12 @@ def test_numpy_ctc_prefix_beam_search_equals_the_torch_one(beam):
         got = ctc_prefix_beam_search(log_probs[0].numpy(), T, beam)
         assert [h.tokens for h in got] == [h.tokens for h in want]
         np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-4)
+
+
+def test_too_short_utterances_decode_to_nothing(exported):
+    root, _ = exported
+    onnx = ExportedRecognizer(root / "onnx", threads=1)
+    waves = [np.zeros(400, np.float32), np.zeros(900, np.float32)]  # 1 and 4 feature frames: no encoder frame
+    for mode in EXPORTED_MODES:
+        hyps = onnx.decode_features([onnx.features(w) for w in waves], replace(onnx.options, mode=mode))
+        assert [h.tokens for h in hyps] == [[], []], mode
