@@ -69,7 +69,7 @@ def main() -> None:
         rows[label] = {"wer": result["wer"], "cer": result["cer"], "rtf": rtf["rtf"], "mode": rtf["mode"],
                        "precision": rtf["precision"], "runtime": rtf.get("runtime", "pytorch"),
                        "model_mb": rtf.get("model_mb", round(package.stat().st_size / 1e6, 2)),
-                       "threads": rtf["threads"], "command": " ".join(command) if command else "the recipe"}
+                       "threads": rtf["threads"], "command": " ".join(["asr", *command[1:]]) if command else "the recipe"}
         print(f"  {label}: WER {100 * result['wer']:.2f} %, CER {100 * result['cer']:.2f} %, RTF {rtf['rtf']:.4f}",
               flush=True)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
