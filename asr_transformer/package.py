@@ -117,13 +117,12 @@ def check_precision(precision: str, device: str | torch.device) -> str:
 
 
 def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict | None = None,
-                 lms: dict | None = None, results: dict | None = None) -> dict:
+                 lms: dict | None = None, results: dict | None = None) -> None:
     """Copy the package `path` to `out` (may be the same file) with new decoding defaults, LMs and results.
 
     options: DecodeConfig fields to change. lms: {"lm" | "word_lm": an ARPA file to store, or None to remove
     it}; kinds not named are kept. results: {name (e.g. "dev", "test"): a decode result folder holding
     `result.json` (`asr score`) and `rtf.json` (`asr decode`)}, recorded as validated results.
-    Returns the new package's state.
     """
     from asr_transformer.decode.ngram import NgramLM, pack_arpa
 
@@ -158,13 +157,10 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
             raise ValueError(f"--result {name}={folder}: needs result.json (`asr score`) and rtf.json "
                              f"(`asr decode`) there ({e.strerror})") from None
         validated[name] = {"wer": result["wer"], "cer": result["cer"], "utterances": rtf.get("utterances"),
-                           "mode": rtf.get("mode"), "options": rtf.get("options"), "lms": rtf.get("lms"),
-                           "rtf": rtf.get("rtf"), "threads": rtf.get("threads")}
+                           "mode": rtf.get("mode"), "options": rtf.get("options"), "lm": rtf.get("lm"),
+                           "word_lm": rtf.get("word_lm"), "rtf": rtf.get("rtf"), "threads": rtf.get("threads")}
     info["results"] = validated
-    tokenizer_state = {k: state[k] for k in ("tokenizer_model", "tokenizer_meta")}
-    save_checkpoint(out, {"config": to_dict(cfg), **tokenizer_state, "weights": state["weights"], "info": info,
-                          "lms": stored}, format=FORMAT)
-    return read_package(out)
+    save_package(out, cfg, tokenizer, state["weights"], info, stored)
 
 
 def _epoch_checkpoints(exp: Path) -> list[Path]:
