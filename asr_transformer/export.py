@@ -15,10 +15,10 @@
     export.json        format and version, the config (features, model shape, decoding defaults), the
                        tokenizer's metadata, the files and their precision
 
-Batch, time and cache axes are dynamic (the decoder step up to MAX_POSITIONS tokens). TorchScript (`--format torchscript`) writes encoder.pt and
-decoder_step.pt with the same inputs and outputs. `--int8` quantizes the ONNX graphs' matrix products to int8
-(onnxruntime's dynamic quantization). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and
-numpy alone.
+Batch, time and cache axes are dynamic (decoder positions up to MAX_POSITIONS). TorchScript (`--format
+torchscript`) writes encoder.pt, decoder_step.pt and decoder.pt with the same inputs and outputs. `--int8`
+quantizes the ONNX graphs' matrix products to int8 (onnxruntime's dynamic quantization).
+`exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and numpy alone.
 """
 
 from __future__ import annotations
