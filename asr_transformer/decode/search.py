@@ -107,7 +107,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
         feats: (B, T, F) raw log-mel features (the model applies its CMVN); feat_lens (B,).
         opts: DecodeConfig (mode, beam, ctc_weight, length_penalty, max_len_ratio, maskctc_*, nbest).
         pre_beam: joint mode: candidates per hypothesis scored by CTC (default 1.5·beam; 0 = whole vocabulary).
-        lm: an NgramLM over the model's tokens (or a WordBoundaryLM: `load_fusion_lm`), fused with weight
+        lm: an NgramLM over the model's tokens (or a WordBoundaryLM: `fusion_lm`), fused with weight
             opts.lm_weight in beam, joint and rescore.
         speaker_mean: (B, F), each utterance's speaker's mean log-mel, for a model.speaker_cmn model
             (`data.features.speaker_means`); without it such a model subtracts each utterance's own mean.
