@@ -300,8 +300,7 @@ class ExportedRecognizer:
 
         from asr_transformer.data.audio import AudioError, load_utterance
         from asr_transformer.data.manifest import read_manifest
-        from asr_transformer.fileio import write_json
-        from asr_transformer.writers import write_hypotheses
+        from asr_transformer.writers import write_decoding
 
         modes = list(modes or [self.options.mode])
         for m in modes:
@@ -331,27 +330,18 @@ class ExportedRecognizer:
                 results[m].update(zip(batch, self.decode_features(feats, replace(self.options, mode=m))))
                 decode_time[m] += time.perf_counter() - t0
         summary = {}
+        model_mb = round(sum(f.stat().st_size for f in self.path.iterdir() if f.is_file()) / 1e6, 2)
         for m in modes:
+            about = {"mode": m, "device": "cpu", "threads": self.threads, "batch_size": size,
+                     "precision": self.precision, "runtime": "onnxruntime", "model": str(self.path),
+                     "model_mb": model_mb, "lm": None, "lm_order": None, "word_lm": None, "word_lm_order": None,
+                     "word_lm_weight": None, "options": vars(replace(self.options, mode=m))}
             d = Path(out) if len(modes) == 1 else Path(out) / m
-            write_hypotheses(d, utts, [[results[m][i]] for i in range(len(utts))], self.text)
-            rtf = decode_time[m] / max(audio_seconds, 1e-9)
-            write_json(d / "rtf.json", {
-                "mode": m, "utterances": len(utts), "audio_seconds": round(audio_seconds, 3),
-                "decode_seconds": round(decode_time[m], 4), "rtf": rtf, "feature_seconds": round(feature_time, 4),
-                "feature_rtf": feature_time / max(audio_seconds, 1e-9), "device": "cpu", "threads": self.threads,
-                "batch_size": size, "precision": self.precision, "runtime": "onnxruntime", "model": str(self.path),
-                "model_mb": round(sum(f.stat().st_size for f in self.path.iterdir() if f.is_file()) / 1e6, 2),
-                "lm": None, "lm_order": None, "word_lm": None, "word_lm_order": None, "word_lm_weight": None,
-                "options": vars(replace(self.options, mode=m))})
-            summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
-            if score:
-                from asr_transformer.scoring import score_dir
-
-                report = score_dir(d, normalizer=self.tokenizer.normalizer)
-                summary[m].update(wer=report.wer, cer=report.cer)
-                print(report.summary_table(title=f"{m}  {d}"))
-            print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio with "
-                  f"onnxruntime, {self.threads} threads, {self.precision}; features {feature_time:.2f} s)")
+            summary[m] = write_decoding(d, utts, [[results[m][i]] for i in range(len(utts))], self.text,
+                                        {"audio": audio_seconds, "decode": decode_time[m], "features": feature_time},
+                                        about, self.tokenizer.normalizer, score)
+            print(f"{m}: RTF {summary[m]['rtf']:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio "
+                  f"with onnxruntime, {self.threads} threads, {self.precision}; features {feature_time:.2f} s)")
         return summary
 
     def recognize_arrays(self, waves: list[np.ndarray]) -> list[str]:

@@ -26,7 +26,7 @@ from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize,
                                            transcriber)
 from asr_transformer.package import check_precision, load_package, read_package
-from asr_transformer.writers import write_hypotheses
+from asr_transformer.writers import write_decoding
 
 
 def pick_device(device: str) -> torch.device:
@@ -233,47 +233,33 @@ class Recognizer:
         summary = {}
         for m in modes:
             d = Path(out) if len(modes) == 1 else Path(out) / m
-            write_hypotheses(d, utts, [results[m][i] for i in range(len(utts))], lambda t: self.text(t, m))
-            rtf = decode_time[m] / max(audio_seconds, 1e-9)
-            feature_rtf = feature_time / max(audio_seconds, 1e-9)
-            self._write_rtf(d, m, len(utts), audio_seconds, decode_time[m], feature_time)
-            summary[m] = {"dir": str(d), "rtf": rtf, "decode_seconds": decode_time[m], "audio_seconds": audio_seconds}
-            if score:
-                from asr_transformer.scoring import score_dir
-
-                report = score_dir(d, normalizer=self.tokenizer.normalizer)
-                summary[m].update(wer=report.wer, cer=report.cer)
-                print(report.summary_table(title=f"{m}  {d}"))
-            print(f"{m}: RTF {rtf:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio on "
-                  f"{self.device}, {torch.get_num_threads()} threads, {self.precision}; features "
-                  f"{feature_time:.2f} s, RTF {feature_rtf:.4f})")
+            summary[m] = write_decoding(d, utts, [results[m][i] for i in range(len(utts))], lambda t: self.text(t, m),
+                                        {"audio": audio_seconds, "decode": decode_time[m], "features": feature_time},
+                                        self._about(m), self.tokenizer.normalizer, score)
+            print(f"{m}: RTF {summary[m]['rtf']:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio "
+                  f"on {self.device}, {torch.get_num_threads()} threads, {self.precision}; features "
+                  f"{feature_time:.2f} s, RTF {feature_time / max(audio_seconds, 1e-9):.4f})")
         return summary
 
     def _synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _write_rtf(self, d: Path, mode: str, utterances: int, audio_seconds: float, decode_seconds: float,
-                   feature_seconds: float) -> None:
-        """rtf.json: speed, and everything that decided the hypotheses (precision, options, LMs)."""
-        from asr_transformer.fileio import write_json
-
+    def _about(self, mode: str) -> dict:
+        """What decided a decoding's hypotheses besides the audio, for its rtf.json: device, precision, options, LMs."""
         fused = mode in LM_MODES
         token_lm = getattr(self.fusion, "token_lm", self.fusion) if fused else None
         word_lm = getattr(self.fusion, "word_lm", None) if fused else None
-        write_json(d / "rtf.json", {
-            "mode": mode, "utterances": utterances, "audio_seconds": round(audio_seconds, 3),
-            "decode_seconds": round(decode_seconds, 4), "rtf": decode_seconds / max(audio_seconds, 1e-9),
-            "feature_seconds": round(feature_seconds, 4), "feature_rtf": feature_seconds / max(audio_seconds, 1e-9),
-            "device": str(self.device), "threads": torch.get_num_threads(), "batch_size": self.options.batch_size,
-            "precision": self.precision, "runtime": "pytorch", "model": str(self.path),
-            "model_mb": round(self.path.stat().st_size / 1e6, 2),
+        return {
+            "mode": mode, "device": str(self.device), "threads": torch.get_num_threads(),
+            "batch_size": self.options.batch_size, "precision": self.precision, "runtime": "pytorch",
+            "model": str(self.path), "model_mb": round(self.path.stat().st_size / 1e6, 2),
             "lm": self.lms.get("lm") if token_lm is not None else None,
             "lm_order": token_lm.order if token_lm is not None else None,
             "word_lm": self.lms.get("word_lm") if word_lm is not None else None,
             "word_lm_order": word_lm.order if word_lm is not None else None,
             "word_lm_weight": self.options.word_lm_weight if word_lm is not None else None,
-            "options": vars(replace(self.options, mode=mode))})
+            "options": vars(replace(self.options, mode=mode))}
 
 
 def _progress():

@@ -134,3 +134,30 @@ def write_hypotheses(folder: str | os.PathLike, utts, nbests: list, text: Callab
     with atomic_open(folder / "text") as f:
         for rec in sorted(records, key=lambda r: r["id"]):
             f.write(f"{rec['id']} {rec['text']}".rstrip() + "\n")
+
+
+def write_decoding(folder: str | os.PathLike, utts, nbests: list, text: Callable[[list[int]], str],
+                   seconds: dict, about: dict, normalizer=None, score: bool = True) -> dict:
+    """All a decoding of a manifest in one mode writes into `folder`: `write_hypotheses`, `rtf.json` (utterances,
+    audio, decoding and feature seconds and their real-time factors, then `about`: what decided the hypotheses)
+    and, with `score`, the scoring reports (whose summary table is printed).
+
+    seconds: {"audio", "decode", "features"}. → {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}.
+    """
+    from .fileio import write_json
+
+    audio, decode, features = (seconds[k] for k in ("audio", "decode", "features"))
+    rtf = decode / max(audio, 1e-9)
+    write_hypotheses(folder, utts, nbests, text)
+    write_json(Path(folder) / "rtf.json", {
+        "mode": about.get("mode"), "utterances": len(utts), "audio_seconds": round(audio, 3),
+        "decode_seconds": round(decode, 4), "rtf": rtf, "feature_seconds": round(features, 4),
+        "feature_rtf": features / max(audio, 1e-9), **about})
+    summary = {"dir": str(folder), "rtf": rtf, "decode_seconds": decode, "audio_seconds": audio}
+    if score:
+        from .scoring import score_dir
+
+        report = score_dir(folder, normalizer=normalizer)
+        summary.update(wer=report.wer, cer=report.cer)
+        print(report.summary_table(title=f"{about.get('mode')}  {folder}"))
+    return summary
