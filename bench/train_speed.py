@@ -13,7 +13,7 @@ for one step; the peak is the best of several large matmuls in the same precisio
 `--procs N` measures data-parallel training as `torchrun --nproc_per_node N -m asr_transformer train`
 runs it on a CPU: N processes (gloo) of `--threads` threads each share the batch; the peak is then the
 sum of the N processes' peaks, measured at the same time, and the peak memory that of one process.
-On the 2-core machine of stop 18, two processes of one thread were no faster than one of two threads
+On a 2-core machine without AMX (2026-12-01), two processes of one thread were no faster than one of two threads
 (three alternating pairs, audio s/s: ref10m 43.5 / 46.0 / 51.8 against 45.6 / 48.5 / 46.6; small
 117 / 113 / 126 against 122 / 125 / 130).
 """
