@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from asr_transformer.fileio import atomic_open
+from asr_transformer.errors import UserError
 
 
 @dataclass
@@ -157,7 +158,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     pass
 
 
@@ -222,8 +223,16 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> Co
     """Read a YAML config (or defaults when `path` is None) and apply `a.b=value` overrides."""
     values: dict = {}
     if path is not None:
-        with open(path, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = yaml.safe_load(f) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: config file not found") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            where = getattr(e, "problem_mark", None)
+            line = f":{where.line + 1}" if where is not None else ""
+            reason = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"{path}{line}: not valid YAML ({reason})") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
     cfg = from_dict(values, str(path or "config"))
@@ -237,7 +246,10 @@ def apply_override(cfg: Config, item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"override '{item}': expected section.key=value")
     key, raw = item.split("=", 1)
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {item}: the value is not valid YAML") from None
     nested: Any = value
     for part in reversed(key.strip().split(".")):
         nested = {part: nested}

@@ -14,11 +14,13 @@ from typing import Iterator, IO
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temp file beside `path`; on success fsync and rename it over `path`.
 
-    A crash or exception leaves any previous `path` untouched and removes the temp file.
+    A crash or exception leaves any previous `path` untouched and removes the temp file. The file gets the
+    permissions an ordinary `open` would give it (0666 less the umask), not the temp file's private 0600.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(fd, 0o666 & ~current_umask())
     binary = "b" in mode
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as f:
@@ -30,6 +32,13 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike, obj) -> None:

@@ -13,11 +13,12 @@ import os
 from pathlib import Path
 
 from asr_transformer.fileio import atomic_open
+from asr_transformer.errors import UserError
 
 MAX_ATTENTION_SECONDS = 30.0  # longer audio makes an unreadable alignment plot: the start is used
 
 
-class PlotError(RuntimeError):
+class PlotError(UserError, RuntimeError):
     """A plot that cannot be drawn; the message says why and what to do."""
 
 

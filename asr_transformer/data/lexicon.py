@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Iterable
+from asr_transformer.errors import UserError
 
 Lexicon = dict[str, list[tuple[str, ...]]]
 
@@ -26,7 +27,7 @@ _VOICELESS = {"p", "t", "k", "f", "th"}
 ENDING_PHONES = ("ih", "s", "z")  # what `pronunciations` may add to a stem
 
 
-class LexiconError(ValueError):
+class LexiconError(UserError, ValueError):
     """A malformed lexicon file; the message names the line."""
 
 

@@ -33,6 +33,7 @@ from typing import Iterable, Sequence
 import torch
 
 from asr_transformer.model.tokens import BLANK, EOS, MASK, NUM_SPECIAL, SOS, UNK
+from asr_transformer.errors import UserError
 
 LN10 = math.log(10.0)
 NOT_PREDICTED = (BLANK, SOS, MASK)  # never an LM outcome (as for the attention decoder)
@@ -40,7 +41,7 @@ SPECIAL_WORDS = {UNK: "<unk>", SOS: "<s>", EOS: "</s>"}
 CACHE_FLOATS = 1 << 25  # the cache of dense distributions is emptied when it would hold more (128 MB)
 
 
-class NgramError(ValueError):
+class NgramError(UserError, ValueError):
     """A malformed ARPA file or one whose words are not this tokenizer's pieces; the message names the line."""
 
 

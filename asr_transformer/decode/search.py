@@ -27,6 +27,7 @@ from asr_transformer.decode.greedy import greedy_search
 from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.model.tokens import EOS, IGNORE_ID, PAD, SOS
+from asr_transformer.errors import UserError
 
 __all__ = ["MODES", "Hypothesis", "recognize", "attention_scores", "check_modes", "read_lm", "fusion_lm",
            "transcriber"]
@@ -35,7 +36,7 @@ MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
 LM_MODES = ("beam", "joint", "rescore")  # the modes an n-gram LM takes part in
 
 
-class DecodeError(ValueError):
+class DecodeError(UserError, ValueError):
     """A decoding request that cannot run; the message says what to change."""
 
 

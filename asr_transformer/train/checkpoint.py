@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from asr_transformer.fileio import atomic_open
+from asr_transformer.errors import UserError
 
 FORMAT = "asr-checkpoint"
 VERSION = 1
@@ -24,7 +25,7 @@ FOOTER = b"\nasr-sha256:"  # + 64 hex digits + b"\n"
 FOOTER_LEN = len(FOOTER) + 65
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that is missing, truncated, damaged or of another format."""
 
 
@@ -46,6 +47,8 @@ def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location=
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: file not found")
+    if path.is_dir():
+        raise CheckpointError(f"{path}: a folder, not a file")
     payload = path.read_bytes()
     sidecar = path.with_name(path.name + ".sha256")
     footer = payload[-FOOTER_LEN:]

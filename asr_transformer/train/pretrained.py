@@ -12,11 +12,12 @@ import torch
 
 from asr_transformer.package import read_package
 from asr_transformer.train.checkpoint import CheckpointError
+from asr_transformer.errors import UserError
 
 CMVN_BUFFERS = ("cmvn_mean", "cmvn_istd")
 
 
-class PretrainedError(ValueError):
+class PretrainedError(UserError, ValueError):
     """A pretrained model that does not fit the model being trained."""
 
 

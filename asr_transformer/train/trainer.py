@@ -35,9 +35,10 @@ from asr_transformer.package import DATA_SUMMARY, resolve_precision
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.train.pretrained import PretrainedError, load_pretrained
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
+from asr_transformer.errors import UserError
 
 
-class TrainError(RuntimeError):
+class TrainError(UserError, RuntimeError):
     """A problem the user can fix (missing files, bad config); the message says what to do."""
 
 
@@ -475,8 +476,12 @@ def _prune(ckpt_dir: Path, history: list[dict], keep: int, metric: str) -> None:
 
 
 def _tensorboard(exp: Path):
+    """A TensorBoard writer into EXP/tensorboard, or None (with one line saying how) without the extra."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except Exception:  # tensorboard is an optional extra
+        print("TensorBoard logging is off: `pip install 'asr-transformer[tensorboard]'` turns it on "
+              f"(then `tensorboard --logdir {exp}`); the curves are in {exp / 'train_log.jsonl'} either way",
+              file=sys.stderr)
         return None
     return SummaryWriter(str(exp / "tensorboard"))
