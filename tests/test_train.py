@@ -271,3 +271,14 @@ def test_init_from_refuses_what_does_not_fit(tone_corpus, tiny_package, tmp_path
     with pytest.raises(TrainError, match="Expected a model package"):
         run(tone_corpus, tmp_path / "c", ["train.max_epochs=1", "train.init_modules=[encoder]",
                                           f"train.init_from={tone_corpus / 'train.jsonl'}"])
+
+
+def test_training_without_tensorboard_says_how_to_turn_it_on(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from asr_transformer.train.trainer import _tensorboard
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if the extra were not installed
+    assert _tensorboard(tmp_path) is None
+    err = capsys.readouterr().err
+    assert "asr-transformer[tensorboard]" in err and len(err.strip().splitlines()) == 1

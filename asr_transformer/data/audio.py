@@ -13,10 +13,12 @@ import os
 import numpy as np
 import soundfile as sf
 
+from asr_transformer.errors import UserError
+
 SAMPLE_RATE = 16000
 
 
-class AudioError(ValueError):
+class AudioError(UserError, ValueError):
     """Audio that cannot be used; `kind` is one of unreadable, empty, silent, nonfinite."""
 
     def __init__(self, source: str, kind: str, detail: str):
