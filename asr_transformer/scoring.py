@@ -10,21 +10,35 @@ Conventions:
 - An empty reference has rate errors / 1 (its insertions), as jiwer does, never a division by 0.
 - Ties between equally cheap alignments are broken as rapidfuzz (and so jiwer) does, so the
   S/D/I counts equal jiwer's exactly.
+
+Hypotheses come from a decode folder's ``hyp.jsonl`` (``score_dir``) or, as Kaldi's compute-wer
+and sclite take them, from two plain files, references and hypotheses, each Kaldi ``text``
+(``<id> <words>``) or sclite ``trn`` (``<words> (<id>)``) (``score_files``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from .errors import UserError
 from .fileio import atomic_open, write_json
 from .text import NormalizerConfig, normalize
 
 FORMAT_VERSION = 1
+
+# How many ids an error message lists before only counting them.
+MAX_LISTED_IDS = 5
+
+
+class ScoringError(UserError, ValueError):
+    """Hypotheses or references that cannot be scored; the message names file and line."""
+
 
 # Alignment ops: correct, substitution, deletion (ref token missing), insertion (extra hyp token).
 C, S, D, I = "C", "S", "D", "I"
@@ -349,10 +363,10 @@ def read_hyp_jsonl(path: str | Path) -> list[tuple[str, str, str]]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
+                raise ScoringError(f"{path}:{lineno}: not valid JSON ({e})") from None
             missing = [k for k in ("id", "text", "ref") if k not in rec]
             if missing:
-                raise ValueError(
+                raise ScoringError(
                     f"{path}:{lineno}: record {rec.get('id', '?')!r} lacks {missing}; each line "
                     'needs {"id", "text" (hypothesis), "ref"}: decode with references to score'
                 )
@@ -374,3 +388,65 @@ def score_dir(decode_dir: str | Path, normalizer: NormalizerConfig | None = Norm
         f.write(report.alignments_text())
     write_json(decode_dir / "result.json", report.to_json())
     return report
+
+
+# A line of sclite's trn format: the words, then the utterance id in parentheses.
+_TRN_LINE = re.compile(r"^(?P<text>.*?)\s*\((?P<id>[^()\s]+)\)\s*$")
+
+
+def read_transcripts(path: str | Path) -> dict[str, tuple[int, str]]:
+    """``{id: (line number, text)}`` of a Kaldi ``text`` file (``<id> <words>``) or an sclite ``trn`` file
+    (``<words> (<id>)``), in file order; blank lines are ignored.
+
+    The file is trn when its name ends in ``.trn`` or every line ends in ``(<id>)``, else Kaldi text. A
+    duplicated id, or a trn line without its ``(<id>)``, raises ScoringError naming file and line.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        lines = data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ScoringError(f"{path}:{line}: not UTF-8 text ({e.reason}); convert the file to UTF-8") from None
+    numbered = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
+    trn = path.suffix.lower() == ".trn" or (bool(numbered) and all(_TRN_LINE.match(line) for _, line in numbered))
+    transcripts: dict[str, tuple[int, str]] = {}
+    for lineno, line in numbered:
+        if trn:
+            match = _TRN_LINE.match(line)
+            if match is None:
+                raise ScoringError(f"{path}:{lineno}: a trn line ends in its utterance id in parentheses, "
+                                   f"'<words> (<id>)'; got '{line}'")
+            utt_id, text = match["id"], match["text"]
+        else:
+            utt_id, *words = line.split(maxsplit=1)
+            text = words[0] if words else ""
+        if utt_id in transcripts:
+            raise ScoringError(f"{path}:{lineno}: duplicate id '{utt_id}' (first on line {transcripts[utt_id][0]})")
+        transcripts[utt_id] = (lineno, text)
+    return transcripts
+
+
+def _listed(ids: list[str]) -> str:
+    shown = ", ".join(f"'{i}'" for i in ids[:MAX_LISTED_IDS])
+    return shown + (f" and {len(ids) - MAX_LISTED_IDS} more" if len(ids) > MAX_LISTED_IDS else "")
+
+
+def score_files(ref_path: str | Path, hyp_path: str | Path,
+                normalizer: NormalizerConfig | None = NormalizerConfig()) -> tuple[Report, list[str]]:
+    """Score the hypotheses in `hyp_path` against the references in `ref_path` (each Kaldi text or trn, see
+    `read_transcripts`), in the reference's order, normalized as `score_dir` normalizes.
+
+    An utterance of the reference without a hypothesis is scored against an empty one (all its words are
+    deletions), as sclite does; their ids are returned beside the report. A hypothesis id that is not in the
+    reference raises ScoringError naming it.
+    """
+    refs, hyps = read_transcripts(ref_path), read_transcripts(hyp_path)
+    unknown = [i for i in hyps if i not in refs]
+    if unknown:
+        first = hyps[unknown[0]][0]
+        raise ScoringError(f"{hyp_path}:{first}: {len(unknown)} hypothesis id(s) not in the reference {ref_path}: "
+                           f"{_listed(unknown)}")
+    missing = [i for i in refs if i not in hyps]
+    report = score([(i, text, hyps[i][1] if i in hyps else "") for i, (_, text) in refs.items()], normalizer)
+    return report, missing

@@ -200,16 +200,31 @@ def test_folder_prepare(tmp_path):
     assert again["splits"] == {k: {**v, "manifest": v["manifest"].replace("out/", "out2/")} for k, v in summary["splits"].items()}
 
 
-def test_folder_falls_back_to_file_split(tmp_path, capsys):
+def test_folder_falls_back_to_text_split(tmp_path, capsys):
     for i in range(10):
         tone(tmp_path / "src" / "only" / f"{i}.wav", 0.1)
         text(tmp_path / "src" / "only" / f"{i}.txt", f"utt {i}")
-    folder.prepare(tmp_path / "src", tmp_path / "out")
-    assert "splitting by file" in capsys.readouterr().err
+    summary = folder.prepare(tmp_path / "src", tmp_path / "out")
+    assert "splitting by text" in capsys.readouterr().err and summary["split_by"] == "text"
     splits = manifests(tmp_path / "out")
     assert [len(splits[k]) for k in ("train", "dev", "test")] == [8, 1, 1]
-    by_file = folder.prepare(tmp_path / "src", tmp_path / "out2", split_by="file", dev_fraction=0.2, test_fraction=0.3)
-    assert [by_file["splits"][k]["utterances"] for k in ("train", "dev", "test")] == [5, 2, 3]
+    by_text = folder.prepare(tmp_path / "src", tmp_path / "out2", split_by="text", dev_fraction=0.2, test_fraction=0.3)
+    assert [by_text["splits"][k]["utterances"] for k in ("train", "dev", "test")] == [5, 2, 3]
+
+
+def test_one_speaker_never_has_a_sentence_on_both_sides_of_a_split(tmp_path):
+    """Repeated takes of a sentence (differing in case and punctuation) all land in one split."""
+    for i in range(40):
+        tone(tmp_path / "src" / f"take{i:02d}.wav", 0.1)
+        sentence = f"sentence number {i % 8}"
+        text(tmp_path / "src" / f"take{i:02d}.txt", sentence.upper() + "!" if i % 3 else sentence)
+    summary = folder.prepare(tmp_path / "src", tmp_path / "out", dev_fraction=0.25, test_fraction=0.25)
+    assert summary["split_by"] == "text"
+    splits = manifests(tmp_path / "out")
+    sentences = {k: {u.text.lower().rstrip("!") for u in v} for k, v in splits.items()}
+    assert all(sentences.values()) and sum(len(v) for v in sentences.values()) == 8
+    assert_disjoint(sentences)
+    assert sum(len(v) for v in splits.values()) == 40
 
 
 # --- kaldi ------------------------------------------------------------------------------------
@@ -245,9 +260,9 @@ def test_kaldi_prepare(tmp_path):
 def test_kaldi_errors_name_file_and_line(tmp_path):
     kdir, _ = make_kaldi_dir(tmp_path)
     lines = (kdir / "wav.scp").read_text().splitlines()
-    lines[2] = "s2-u02 sph2pipe -f wav /x/y.sph |"
+    lines[2] = "s2-u02 cat /x/y.wav |"  # a command that fails
     text(kdir / "wav.scp", "\n".join(lines) + "\n")
-    with pytest.raises(CorpusError, match=r"wav\.scp:3: .*pipe"):
+    with pytest.raises(CorpusError, match=r"wav\.scp:3: recording 's2-u02': the command failed .*stderr: .*/x/y\.wav"):
         kaldi.prepare(kdir, tmp_path / "out")
 
     kdir, _ = make_kaldi_dir(tmp_path / "b")

@@ -9,24 +9,35 @@ an utterance record::
 ``offset`` (seconds into ``audio``) is present only for segments of longer files; ``duration``
 is then the segment's length. Reading validates every record and names file, line and field of
 the first bad one.
+
+NeMo's manifests are read too: a line with ``audio_filepath``, ``duration`` and ``text`` (optional
+``offset``, ``speaker`` or ``spk``, ``id``) is taken as the record of those fields. A relative
+``audio_filepath`` is taken relative to the manifest's folder when the file is there (as NeMo
+does), else as written. A line without ``id`` gets one from its file name (``talk`` for
+``/x/talk.wav``, ``talk-0012500`` for its segment at offset 12.5 s), made unique with ``-2``, ``-3``
+... when two files or segments would share it. ``write_manifest(..., fmt="nemo")`` writes NeMo's
+lines (with ``id``, which NeMo ignores) and no header.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
 from asr_transformer.fileio import atomic_open
+from asr_transformer.errors import UserError
 
 FORMAT = "asr-manifest"
 VERSION = 1
+FORMATS = ("jsonl", "nemo")  # what write_manifest writes: this toolkit's manifests, NeMo's
 UNKNOWN_SPEAKER = "unknown"  # an utterance without a speaker label
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError, ValueError):
     """A manifest line that cannot be used; the message names file, line and field."""
 
 
@@ -43,6 +54,16 @@ class Utterance:
         record = asdict(self)
         if self.offset is None:
             del record["offset"]
+        return record
+
+    def to_nemo(self) -> dict:
+        """NeMo's manifest record (offset only for segments, speaker only when known), with the id."""
+        record: dict = {"audio_filepath": self.audio, "duration": self.duration, "text": self.text}
+        if self.offset is not None:
+            record["offset"] = self.offset
+        if self.speaker != UNKNOWN_SPEAKER:
+            record["speaker"] = self.speaker
+        record["id"] = self.id
         return record
 
 
@@ -77,6 +98,36 @@ def _parse(record: object, where: str) -> Utterance:
     )
 
 
+def _from_nemo(record: dict, where: str, folder: Path) -> dict:
+    """A NeMo manifest record as this toolkit's record (without an id when it has none)."""
+    audio = record["audio_filepath"]
+    if not isinstance(audio, str) or not audio:
+        raise ManifestError(f"{where}: field 'audio_filepath' must be a non-empty string")
+    if not os.path.isabs(audio) and (folder / audio).is_file():
+        audio = os.path.normpath(os.path.abspath(folder / audio))
+    speaker = record.get("speaker", record.get("spk"))
+    if speaker is not None and (not isinstance(speaker, (str, int)) or isinstance(speaker, bool)):
+        raise ManifestError(f"{where}: field 'speaker' has type {type(speaker).__name__}")
+    ours = {"audio": audio, "speaker": None if speaker is None else str(speaker)}
+    ours.update({k: record[k] for k in ("id", "duration", "text", "offset") if k in record})
+    if isinstance(ours.get("id"), int) and not isinstance(ours["id"], bool):
+        ours["id"] = str(ours["id"])
+    return ours
+
+
+def _id_from_file(record: dict, seen: dict[str, int]) -> str:
+    """An id for a record without one: its file's name, with the offset in ms for a segment; unique."""
+    base = re.sub(r"\s+", "_", Path(record["audio"]).stem) or "utt"
+    offset = record.get("offset")
+    if isinstance(offset, (int, float)) and offset > 0:
+        base = f"{base}-{round(offset * 1000):07d}"
+    candidate, n = base, 1
+    while candidate in seen:
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
 def read_manifest(path: str | os.PathLike) -> list[Utterance]:
     """Read and validate a manifest; raise ManifestError naming file, line and field."""
     path = Path(path)
@@ -100,6 +151,10 @@ def read_manifest(path: str | os.PathLike) -> list[Utterance]:
                         f"toolkit reads ({VERSION}); upgrade asr-transformer"
                     )
                 continue
+            if isinstance(record, dict) and "audio_filepath" in record and "audio" not in record:
+                record = _from_nemo(record, where, path.parent)
+                if "id" not in record:
+                    record["id"] = _id_from_file(record, seen)
             utt = _parse(record, where)
             if utt.id in seen:
                 raise ManifestError(f"{where}: field 'id': duplicate id '{utt.id}' (first on line {seen[utt.id]})")
@@ -108,20 +163,26 @@ def read_manifest(path: str | os.PathLike) -> list[Utterance]:
     return utterances
 
 
-def write_manifest(path: str | os.PathLike, utterances: Iterable[Utterance]) -> int:
-    """Write utterances atomically; returns how many were written."""
+def write_manifest(path: str | os.PathLike, utterances: Iterable[Utterance], fmt: str = "jsonl") -> int:
+    """Write utterances atomically, as this toolkit's manifest (fmt "jsonl") or NeMo's ("nemo");
+    returns how many were written."""
+    if fmt not in FORMATS:
+        raise ManifestError(f"{path}: unknown manifest format '{fmt}'; choose from {', '.join(FORMATS)}")
     n = 0
     with atomic_open(path) as f:
-        f.write(json.dumps({"format": FORMAT, "version": VERSION}) + "\n")
+        if fmt == "jsonl":
+            f.write(json.dumps({"format": FORMAT, "version": VERSION}) + "\n")
         for utt in utterances:
-            f.write(json.dumps(utt.to_json(), ensure_ascii=False) + "\n")
+            record = utt.to_json() if fmt == "jsonl" else utt.to_nemo()
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
             n += 1
     return n
 
 
-def combine_manifests(inputs: list[str | os.PathLike], out: str | os.PathLike) -> int:
-    """Concatenate manifests into `out` (atomically), as Kaldi's combine_data.sh: e.g. a corpus plus synthetic
-    speech for training. An utterance id found twice is an error naming both files. Returns the count."""
+def combine_manifests(inputs: list[str | os.PathLike], out: str | os.PathLike, fmt: str = "jsonl") -> int:
+    """Concatenate manifests into `out` (atomically, in format `fmt`: see `write_manifest`), as Kaldi's
+    combine_data.sh: e.g. a corpus plus synthetic speech for training; one input converts it. An utterance id
+    found twice is an error naming both files. Returns the count."""
     seen: dict[str, str] = {}
     combined: list[Utterance] = []
     for path in inputs:
@@ -130,7 +191,7 @@ def combine_manifests(inputs: list[str | os.PathLike], out: str | os.PathLike) -
                 raise ManifestError(f"{path}: utterance '{utt.id}' is also in {seen[utt.id]}")
             seen[utt.id] = str(path)
             combined.append(utt)
-    return write_manifest(out, combined)
+    return write_manifest(out, combined, fmt)
 
 
 def total_hours(utterances: Iterable[Utterance]) -> float:

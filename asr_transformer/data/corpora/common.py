@@ -36,7 +36,9 @@ from rich.progress import (
 
 from asr_transformer.data.audio import AudioError, audio_info
 from asr_transformer.data.manifest import Utterance, total_hours, write_manifest
-from asr_transformer.fileio import write_json
+from asr_transformer.fileio import current_umask, write_json
+from asr_transformer.text import normalize
+from asr_transformer.errors import UserError
 
 SUMMARY_FORMAT = "asr-corpus-summary"
 SUMMARY_VERSION = 1
@@ -55,7 +57,7 @@ console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """A corpus that cannot be imported as it is; the message says where and what to do."""
 
 
@@ -188,19 +190,38 @@ def split_utterances(
     test_fraction: float = 0.1,
     seed: int = 0,
 ) -> dict[str, list[Utterance]]:
-    """Split by "speaker" (no speaker in two splits) or by "file" (each utterance on its own).
+    """`split_corpus`'s splits, without saying how they were made."""
+    return split_corpus(utterances, split_by, dev_fraction, test_fraction, seed)[0]
 
-    With too few speakers to split, falls back to "file" with a warning.
+
+def split_corpus(
+    utterances: list[Utterance],
+    split_by: str = "speaker",
+    dev_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+) -> tuple[dict[str, list[Utterance]], str]:
+    """Split by "speaker" (no speaker in two splits) or by "text" (no sentence in two splits: the repeated
+    takes of one sentence stay together, compared after case and punctuation are normalized away).
+
+    With too few speakers to split by speaker, splits by text with a warning. "file" is the old name of "text".
+    Returns the splits and how they were made ("speaker" or "text").
     """
-    if split_by not in ("speaker", "file"):
-        raise CorpusError(f"split_by must be 'speaker' or 'file', got '{split_by}'")
+    if split_by not in ("speaker", "text", "file"):
+        raise CorpusError(f"split_by must be 'speaker' or 'text', got '{split_by}'")
     _check_fractions(dev_fraction, test_fraction)
     if split_by == "speaker":
         try:
-            return split_by_group(utterances, lambda u: u.speaker, dev_fraction, test_fraction, seed)
+            return split_by_group(utterances, lambda u: u.speaker, dev_fraction, test_fraction, seed), "speaker"
         except CorpusError as e:
-            console.print(f"[yellow]warning:[/yellow] cannot split by speaker ({e}); splitting by file instead")
-    return split_by_group(utterances, lambda u: u.id, dev_fraction, test_fraction, seed)
+            console.print(f"[yellow]warning:[/yellow] cannot split by speaker ({e}); splitting by text instead: "
+                          "no sentence in two splits")
+    return split_by_group(utterances, sentence_key, dev_fraction, test_fraction, seed), "text"
+
+
+def sentence_key(utterance: Utterance) -> str:
+    """What makes two transcripts the same sentence: the words, without case and punctuation."""
+    return " ".join(normalize(utterance.text).split())
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -212,12 +233,13 @@ def write_splits(
     skipped: Mapping[str, int] | None = None,
     corpus: str = "",
     source: str | os.PathLike = "",
+    split_by: str = "",
 ) -> dict:
     """Write `<out_dir>/<name>.jsonl` for each split and `<out_dir>/summary.json`; return the summary.
 
     Utterances are written sorted by id. The summary::
 
-        {"format": "asr-corpus-summary", "version": 1, "corpus": ..., "source": ...,
+        {"format": "asr-corpus-summary", "version": 1, "corpus": ..., "source": ..., "split_by": "speaker"|"text",
          "splits": {"train": {"manifest": path, "utterances": n, "hours": h, "speakers": k}, ...},
          "skipped": {"unreadable": 2, "missing": 1, ...}}
     """
@@ -227,6 +249,7 @@ def write_splits(
         "version": SUMMARY_VERSION,
         "corpus": corpus,
         "source": str(source),
+        **({"split_by": split_by} if split_by else {}),
         "splits": {},
         "skipped": dict(sorted((skipped or {}).items())),
     }
@@ -277,6 +300,7 @@ def download(url: str, dest: str | os.PathLike, timeout: float = 60.0) -> Path:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    os.chmod(fd, 0o666 & ~current_umask())
     try:
         request = urllib.request.Request(url, headers={"User-Agent": "asr-transformer"})
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as response:

@@ -22,7 +22,7 @@ from asr_transformer.data.corpora.common import (
     measure,
     progress,
     sidecar_transcript,
-    split_utterances,
+    split_corpus,
     write_splits,
 )
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, Utterance
@@ -43,8 +43,9 @@ def prepare(
 ) -> dict:
     """Write train/dev/test manifests for a folder of audio + `.txt` files; return the summary.
 
-    `split_by="speaker"` keeps each speaker in one split (fractions count speakers) and falls
-    back to "file" with a warning when there are too few speakers; `"file"` splits utterances.
+    `split_by="speaker"` keeps each speaker in one split (fractions count speakers) and falls back to "text"
+    with a warning when there are too few speakers (one speaker: a folder without sub-folders); `"text"` keeps
+    each sentence in one split (fractions count distinct sentences), so a repeated take is never tested on.
     Audio without a transcript, or with an empty one, is skipped and counted.
     """
     source_dir = Path(source_dir)
@@ -72,5 +73,5 @@ def prepare(
         utterances.append(Utterance(uid, str(path.absolute()), duration, text, speaker))
     if not utterances:
         raise CorpusError(f"{source_dir}: no usable utterances (skipped: {dict(skipped)})")
-    splits = split_utterances(utterances, split_by, dev_fraction, test_fraction, seed)
-    return write_splits(out_dir, splits, skipped, corpus="folder", source=source_dir.absolute())
+    splits, how = split_corpus(utterances, split_by, dev_fraction, test_fraction, seed)
+    return write_splits(out_dir, splits, skipped, corpus="folder", source=source_dir.absolute(), split_by=how)
