@@ -6,18 +6,75 @@ Heavy modules (torch and everything that imports it) are imported inside the com
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer carries its own copy of click since 0.22
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_errors
+
+from asr_transformer.errors import UserError
+
+
+class OneLineErrors(TyperGroup):
+    """The `asr` group: every user mistake (a bad option, a missing or malformed file) is one line on stderr,
+    `error: …`, and a non-zero exit status (2 for options, 1 for files and values); no traceback."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = code if isinstance(code, int) else 0
+        except click_errors.NoArgsIsHelpError as e:
+            e.show()
+            code = 0
+        except click_errors.UsageError as e:
+            command = e.ctx.command_path if e.ctx else "asr"
+            code = _print_error(f"{command}: {e.format_message()} (see `{command} --help`)", e.exit_code)
+        except click_errors.ClickException as e:
+            code = _print_error(e.format_message(), e.exit_code)
+        except typer.Abort:
+            code = _print_error("interrupted", 130)
+        except UserError as e:
+            code = _print_error(str(e), 1)
+        except OSError as e:  # a file that cannot be read or written: its name and the reason
+            code = _print_error(f"{e.filename}: {e.strerror}" if e.filename else str(e), 1)
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+def _print_error(message: str, code: int) -> int:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    return code
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"asr-transformer {version('asr-transformer')}")
+        raise typer.Exit()
+
 
 app = typer.Typer(
+    cls=OneLineErrors,
     help="asr-transformer: train a Transformer speech recognizer on your data and transcribe audio.\n\n"
     "Pipeline: prepare → tokenizer → train → average → decode → score; transcribe any audio file.\n\n"
     "On Linux `asr` restarts itself once with glibc malloc tunables that reuse freed memory on huge pages "
     "(faster on CPUs); ASR_MALLOC_TUNING=0 turns this off.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False,
 )
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")):
+    """asr-transformer: train a Transformer speech recognizer on your data and transcribe audio."""
 prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manifests.", no_args_is_help=True)
 app.add_typer(prepare_app, name="prepare")
 
@@ -37,14 +94,16 @@ def _echo_summary(summary: dict) -> None:
     for split, info in summary.get("splits", {}).items():
         table.add_row(split, str(info.get("utterances")), f"{info.get('hours', 0):.3f}", str(info.get("speakers", "")))
     Console().print(table)
+    if summary.get("split_by") == "text":
+        typer.echo("split by text: no sentence (compared without case and punctuation) is in two splits", err=True)
     skipped = summary.get("skipped") or {}
     if skipped:
         typer.echo("skipped: " + ", ".join(f"{k}={v}" for k, v in skipped.items()), err=True)
 
 
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg="red", err=True)
-    raise typer.Exit(code=1)
+def _fail(message: str) -> NoReturn:
+    """Stop the command with `error: <message>` on one line (OneLineErrors prints it)."""
+    raise UserError(message)
 
 
 # ------------------------------------------------------------------------------------- prepare
@@ -56,8 +115,10 @@ def prepare_folder(
     out: Path = OUT,
     dev_fraction: float = typer.Option(0.1, help="Fraction held out for dev."),
     test_fraction: float = typer.Option(0.1, help="Fraction held out for test."),
-    split_by: str = typer.Option("speaker", help="speaker (sub-folder) or file."),
-    seed: int = typer.Option(0),
+    split_by: str = typer.Option("speaker", help="speaker (each sub-folder a speaker, none in two splits; with "
+                                 "fewer than three, text) or text (each sentence in one split, its repeated takes "
+                                 "together)."),
+    seed: int = typer.Option(0, help="Random seed of the split."),
 ):
     """Audio files with same-name .txt transcripts (any format soundfile reads)."""
     from asr_transformer.data.corpora import folder
@@ -70,14 +131,18 @@ def prepare_folder(
 def prepare_kaldi(
     source: Path = typer.Argument(..., help="Kaldi data dir: wav.scp, text, utt2spk, optional segments."),
     out: Path = OUT,
-    dev_fraction: float = typer.Option(0.1),
-    test_fraction: float = typer.Option(0.1),
-    seed: int = typer.Option(0),
+    dev_fraction: float = typer.Option(0.1, help="Fraction of the speakers held out for dev."),
+    test_fraction: float = typer.Option(0.1, help="Fraction of the speakers held out for test."),
+    seed: int = typer.Option(0, help="Random seed of the split."),
+    jobs: Optional[int] = typer.Option(None, min=1, help="wav.scp commands run at once (default: one per core)."),
 ):
-    """A Kaldi data directory."""
+    """A Kaldi data directory. A wav.scp line whose audio is a command ending in '|' (`flac -c -d -s f.flac |`,
+    `sox f.wav -t wav - |`) is run once, here, with the shell as Kaldi does (with this shell's PATH: source the
+    recipe's path.sh first if it needs Kaldi's tools); the WAV it writes to stdout is kept as OUT/audio/<rec>.flac."""
     from asr_transformer.data.corpora import kaldi
 
-    _echo_summary(kaldi.prepare(source, out, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed))
+    _echo_summary(kaldi.prepare(source, out, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed,
+                                jobs=jobs))
 
 
 @prepare_app.command("librispeech")
@@ -127,7 +192,7 @@ def prepare_fsdd(
     out: Path = OUT,
     source: Optional[Path] = typer.Option(None, help="FSDD folder holding recordings/ (downloads when absent)."),
     split: str = typer.Option("speaker", help="speaker: hold out whole speakers; index: recordings 0-4 are test."),
-    test_speaker: str = typer.Option("theo"),
+    test_speaker: str = typer.Option("theo", help="The speaker held out for test."),
     dev_speaker: str = typer.Option("jackson", help='"" = no dev speaker: every other speaker trains, dev is '
                                     "their recordings 0-4."),
 ):
@@ -158,7 +223,7 @@ def prepare_synthetic(
     hours: float = typer.Option(1.0, help="Hours of training speech."),
     dev_utts: int = typer.Option(200, help="Dev utterances (held-out voices)."),
     test_utts: int = typer.Option(200, help="Test utterances (held-out voices)."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Random seed of the sentences, voices and splits."),
     text_file: Optional[Path] = typer.Option(None, help="Sentences to speak, one per line (default: the grammar)."),
     share_texts: bool = typer.Option(False, help="With --text-file: every split speaks every line (the voices "
                                                  "stay disjoint), for closed vocabularies such as digits."),
@@ -195,13 +260,18 @@ def prepare_synthetic(
 @app.command()
 def combine(
     out: Path = typer.Argument(..., help="Manifest to write."),
-    manifests: List[Path] = typer.Argument(..., help="Manifests to concatenate."),
+    manifests: List[Path] = typer.Argument(..., help="Manifests to concatenate (JSONL, or NeMo's)."),
+    fmt: str = typer.Option("jsonl", "--format", help="What to write: jsonl (this toolkit's manifest) or nemo "
+                            "(NeMo's: audio_filepath, duration, text, offset, speaker, and id)."),
 ):
-    """Concatenate manifests into one (utterance ids must be unique), e.g. a corpus plus synthetic speech."""
-    from asr_transformer.data.manifest import ManifestError, combine_manifests
+    """Concatenate manifests into one (utterance ids must be unique), e.g. a corpus plus synthetic speech; with one
+    input, convert it: `asr combine out.json in.jsonl --format nemo`. NeMo manifests are read as they are."""
+    from asr_transformer.data.manifest import FORMATS, ManifestError, combine_manifests
 
+    if fmt not in FORMATS:
+        _fail(f"--format {fmt}: choose from {', '.join(FORMATS)}")
     try:
-        n = combine_manifests(manifests, out)
+        n = combine_manifests(manifests, out, fmt)
     except (ManifestError, OSError) as e:
         _fail(str(e))
     typer.echo(f"wrote {out}: {n} utterances from {len(manifests)} manifests")
@@ -228,10 +298,12 @@ def resample(
 
 @app.command("export-kaldi")
 def export_kaldi(
-    manifest: Path = typer.Argument(..., help="A JSONL manifest."),
+    manifest: Path = typer.Argument(..., help="A manifest (JSONL, or NeMo's)."),
     out: Path = typer.Argument(..., help="Kaldi data dir to write."),
 ):
-    """Write a manifest as a Kaldi data dir (wav.scp, text, utt2spk, spk2utt, segments)."""
+    """Write a manifest as a Kaldi data dir (wav.scp, text, utt2spk, spk2utt; segments when utterances are parts
+    of longer recordings). Kaldi reads only 16-bit PCM WAV files, so wav.scp lists those by path and other audio
+    as a command that converts it: `flac -c -d -s PATH |` (16-bit FLAC) or `sox PATH -t wav -b 16 - |`."""
     from asr_transformer.data.corpora import kaldi
 
     kaldi.export(manifest, out)
@@ -281,7 +353,7 @@ def tokenizer(
 
 @app.command("lm")
 def lm_(
-    texts: List[Path] = typer.Argument(..., help="Manifests (.jsonl: their texts) or text files (one sentence a line)."),
+    texts: List[Path] = typer.Argument(..., help="Manifests (.jsonl, or NeMo .json: their texts) or text files (one sentence a line)."),
     tokenizer_dir: Path = typer.Option(..., "--tokenizer", help="The recogniser's tokenizer directory."),
     out: Path = typer.Option(..., "--out", "-o", help="ARPA file to write."),
     order: int = typer.Option(4, help="n of the n-gram LM."),
@@ -304,7 +376,7 @@ def lm_(
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}  # word → id, for --words
     for path in texts:
         try:
-            if path.suffix == ".jsonl":
+            if path.suffix in (".jsonl", ".json"):  # a manifest, ours or NeMo's
                 lines = [u.text for u in read_manifest(path)]
             else:
                 lines = path.read_text(encoding="utf-8").splitlines()
@@ -343,9 +415,9 @@ def cmvn(
 
 @app.command()
 def train(
-    data: Path = typer.Option(..., help="Folder with train.jsonl and dev.jsonl."),
+    data: Path = typer.Option(..., exists=True, file_okay=False, help="Folder with train.jsonl and dev.jsonl."),
     exp: Path = typer.Option(..., help="Experiment folder (checkpoints, logs); re-running resumes."),
-    config: Optional[Path] = typer.Option(None, help="YAML config (defaults when absent)."),
+    config: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="YAML config (defaults when absent)."),
     tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: DATA/tokenizer)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: section.key=value (repeatable)."),
     device: str = typer.Option("auto", help="cpu, cuda, cuda:1 or auto."),
@@ -373,7 +445,7 @@ def train(
 
 @app.command()
 def average(
-    exp: Path = typer.Argument(..., help="Experiment folder."),
+    exp: Path = typer.Argument(..., exists=True, file_okay=False, help="Experiment folder (of `asr train`)."),
     out: Path = typer.Option(..., "--out", "-o", help="Model package to write."),
     best: int = typer.Option(5, help="Average the N best checkpoints by --by."),
     by: str = typer.Option("valid_loss", help="valid_loss, valid_cer or valid_acc."),
@@ -382,6 +454,8 @@ def average(
     """Average checkpoints into one model package (config, tokenizer, CMVN, weights)."""
     from asr_transformer.package import average_checkpoints
 
+    if by not in ("valid_loss", "valid_cer", "valid_acc"):
+        _fail(f"--by {by}: choose valid_loss, valid_cer or valid_acc")
     used = average_checkpoints(exp, out, best=best, by=by, last=last)
     typer.echo(f"{out}: averaged {len(used)} checkpoints: {', '.join(p.name for p in used)}")
 
@@ -449,7 +523,7 @@ def _recognizer(model: Path, device: str, threads: int, precision: str, lm: Opti
 @app.command()
 def decode(
     model: Path = typer.Argument(..., help="Model package (from asr package), or an ONNX export (asr export)."),
-    manifest: Path = typer.Argument(..., help="Manifest to decode."),
+    manifest: Path = typer.Argument(..., exists=True, dir_okay=False, help="Manifest to decode."),
     out: Path = typer.Option(..., "--out", "-o", help="Result folder; one sub-folder per mode when several."),
     mode: Optional[str] = typer.Option(None, help="Comma list of: greedy, beam, joint, ctc, ctc_beam, maskctc, "
                                        "rescore [default: the package's mode]."),
@@ -589,11 +663,26 @@ def _print_info(model: Path) -> None:
 
 @app.command()
 def score(
-    decode_dir: Path = typer.Argument(..., help="A decode result folder (holding hyp.jsonl)."),
+    decode_dir: Path = typer.Argument(..., metavar="DECODE_DIR|REF", help="A decode result folder (holding "
+                                      "hyp.jsonl, or sub-folders that do), or REF: the references HYP is scored against."),
+    hyp: Optional[Path] = typer.Argument(None, metavar="HYP", help="Hypotheses, as REF: Kaldi text (`<id> <words>`) "
+                                         "or sclite trn (`<words> (<id>)`, or any file named *.trn)."),
 ):
-    """WER/CER/SER with an sclite-style summary and per-utterance alignments."""
-    from asr_transformer.scoring import score_dir
+    """WER/CER/SER with an sclite-style summary and per-utterance alignments (in the decode folder). Two files,
+    REF and HYP, are scored as Kaldi's compute-wer and sclite score them, with the same normalization as a decode
+    folder: an utterance of REF missing from HYP counts as deleted; a HYP id not in REF is an error."""
+    from asr_transformer.scoring import score_dir, score_files
 
+    if hyp is not None:
+        if decode_dir.is_dir():
+            _fail(f"{decode_dir}: a folder; with HYP, REF is a file of references (Kaldi text or trn)")
+        report, missing = score_files(decode_dir, hyp)
+        if missing:
+            typer.echo(f"{len(missing)} utterance(s) of {decode_dir} are not in {hyp}: counted as deletions", err=True)
+        typer.echo(report.summary_table(title=str(hyp)))
+        return
+    if decode_dir.is_file():
+        _fail(f"{decode_dir}: a file; give a decode folder, or REF and HYP files to score")
     dirs = [decode_dir] if (decode_dir / "hyp.jsonl").exists() else sorted(p.parent for p in decode_dir.glob("*/hyp.jsonl"))
     if not dirs:
         _fail(f"{decode_dir}: no hyp.jsonl here or in its sub-folders")
@@ -632,6 +721,9 @@ def transcribe(
     same_speaker: bool = typer.Option(False, help="A model.speaker_cmn model: the files are one speaker's, so "
                                       "each is normalized by the mean of the speech so far in all of them "
                                       "(default: each file its own)."),
+    word_timestamps: bool = typer.Option(False, "--word-timestamps", help="Time each word too (CTC forced "
+                                         "alignment): json gets each segment's words, srt/vtt a cue per word, "
+                                         "tsv a row per word."),
 ):
     """Transcribe audio files of any length with the package's decoding setup (or the options given); text to
     stdout, or files in several formats.
@@ -674,7 +766,8 @@ def transcribe(
             source, label, basename = item, item, Path(item).stem or Path(item).name
         bar = ProgressBar(label)
         try:
-            result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker)
+            result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker,
+                                    word_timestamps=word_timestamps)
         except AudioError as e:
             detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
             typer.secho(f"error: {label}: {detail}", fg="red", err=True)

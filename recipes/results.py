@@ -37,6 +37,12 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def short_cpu_name() -> str:
+    """The CPU's name without trademarks and filler: "Intel Xeon", "AMD EPYC 7B13"."""
+    name = re.sub(r"\((R|TM|tm)\)|\b(CPU|Processor)\b|@.*", " ", cpu_name())
+    return " ".join(name.split()) or "unknown CPU"
+
+
 def read_log(exp: Path) -> list[dict]:
     from asr_transformer.plots import read_train_log  # one reader: a resumed epoch counts once
 
@@ -62,31 +68,36 @@ def averaging(exp: Path) -> str | None:
     return f"--last {n}" if info.get("by") == "last" else f"--best {n} --by {info['by']}"
 
 
-def decode_rows(decode_dir: Path) -> list[str]:
+def decodings(decode_dir: Path) -> list[tuple[str, dict, dict]]:
+    """(what was decoded and how, result.json, rtf.json) of each mode in a decode folder."""
     dirs = [decode_dir] if (decode_dir / "result.json").exists() else sorted(
         p.parent for p in decode_dir.glob("*/result.json"))
     rows = []
     for d in dirs:
         result = json.loads((d / "result.json").read_text())
         rtf = json.loads((d / "rtf.json").read_text()) if (d / "rtf.json").exists() else {}
-        mode = rtf.get("mode", d.name)
-        options = rtf.get("options", {})
-        if rtf.get("lm"):
-            mode += (f" + {rtf.get('lm_order', '?')}-gram LM `{Path(rtf['lm']).name}` (beam {options.get('beam')}, "
-                     f"weight {options.get('lm_weight'):g}, length bonus {options.get('length_penalty', 0.0):g})")
-            if rtf.get("word_lm"):
-                mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` "
-                         f"(weight {rtf.get('word_lm_weight'):g})")
-        elif rtf.get("word_lm"):
-            mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` (beam "
-                     f"{options.get('beam')}, weight {rtf.get('word_lm_weight'):g}, length bonus "
-                     f"{options.get('length_penalty', 0.0):g})")
-        if rtf.get("runtime") == "onnxruntime" or rtf.get("precision") not in (None, "fp32"):  # asr export, int8
-            runtime = "ONNX export, " if rtf.get("runtime") == "onnxruntime" else ""
-            mode += f" ({runtime}{rtf.get('precision')}, {rtf.get('model_mb', float('nan')):g} MB)"
-        rows.append(f"| {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {100 * result['ser']:.2f} | "
-                    f"{rtf.get('rtf', float('nan')):.4f} | {rtf.get('threads', '')} |")
+        rows.append((describe_decoding(rtf, d.name), result, rtf))
     return rows
+
+
+def describe_decoding(rtf: dict, fallback: str) -> str:
+    """The mode, its LMs and their settings, and the runtime when it is not PyTorch fp32."""
+    mode = rtf.get("mode", fallback)
+    options = rtf.get("options", {})
+    if rtf.get("lm"):
+        mode += (f" + {rtf.get('lm_order', '?')}-gram LM `{Path(rtf['lm']).name}` (beam {options.get('beam')}, "
+                 f"weight {options.get('lm_weight'):g}, length bonus {options.get('length_penalty', 0.0):g})")
+        if rtf.get("word_lm"):
+            mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` "
+                     f"(weight {rtf.get('word_lm_weight'):g})")
+    elif rtf.get("word_lm"):
+        mode += (f" + word {rtf.get('word_lm_order', '?')}-gram LM `{Path(rtf['word_lm']).name}` (beam "
+                 f"{options.get('beam')}, weight {rtf.get('word_lm_weight'):g}, length bonus "
+                 f"{options.get('length_penalty', 0.0):g})")
+    if rtf.get("runtime") == "onnxruntime" or rtf.get("precision") not in (None, "fp32"):  # asr export, int8
+        runtime = "ONNX export, " if rtf.get("runtime") == "onnxruntime" else ""
+        mode += f" ({runtime}{rtf.get('precision')}, {rtf.get('model_mb', float('nan')):g} MB)"
+    return mode
 
 
 def makefile_default(recipe: Path, variable: str, *assignments: str) -> str | None:
@@ -186,7 +197,7 @@ def reproduce_command(recipe: Path, exp: Path, ran: dict) -> str:
     overrides = config_overrides(recipe, exp, ran)
     if overrides:
         args.append('TRAIN_ARGS="' + " ".join(f"--set {o}" for o in overrides) + '"')
-    return " ".join([f"make -C recipes/{recipe.name}", *args])
+    return " ".join([f"make -C recipes/{recipe.name} ASR=$PWD/.venv/bin/asr", *args])
 
 
 def _number(value) -> float | None:
@@ -196,21 +207,8 @@ def _number(value) -> float | None:
         return None
 
 
-def config_notes(recipe: Path, exp: Path) -> str:
-    """The leading comment of the recipe's conf/<exp name>.yaml: why the config is what it is."""
-    conf = conf_file(recipe, exp)
-    if not conf.exists():
-        return ""
-    lines = []
-    for line in conf.read_text().splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line.lstrip("# ").rstrip())
-    return " ".join(lines)
-
-
 def training_summary(log: list[dict], t: dict) -> str:
-    """Epochs, steps, minutes, pace, hardware, precision and the best epoch of a training log."""
+    """Epochs, steps, minutes, pace, precision and the best epoch of a training log."""
     last = log[-1]
     metric = t.get("best_metric", "valid_loss")
     pick = max if metric == "valid_acc" else min
@@ -220,53 +218,65 @@ def training_summary(log: list[dict], t: dict) -> str:
         budget = f" (of train.max_epochs={t['max_epochs']}: what fitted in train.max_minutes={t['max_minutes']:g})"
     rates = [r["audio_seconds_per_second"] for r in log if "audio_seconds_per_second" in r]
     pace = f" at {sum(rates) / len(rates):.0f} audio s/s" if rates else ""
-    return (f"{last['epoch']} epochs{budget}, {last['step']} steps, {last['elapsed'] / 60:.1f} min of "
-            f"training{pace} on {cpu_name()} ({os.cpu_count()} cores), precision {last.get('precision', t['precision'])}; "
-            f"best epoch by {metric}: {best['epoch']} (dev loss {best.get('valid_loss', float('nan')):.3f}, "
-            f"dev CTC-greedy CER {best.get('valid_cer', float('nan')):.2f} %)")
+    return (f"{last['epoch']} epochs{budget}, {last['step']} steps, {last['elapsed'] / 60:.1f} min{pace}, precision "
+            f"{last.get('precision', t['precision'])}; best epoch by {metric}: {best['epoch']} (dev CTC-greedy CER "
+            f"{best.get('valid_cer', float('nan')):.2f} %)")
+
+
+def model_summary(m: dict, exp: Path) -> str:
+    blocks = "Conformer" if m.get("conv_kernel", 0) > 0 else f"Transformer ({'pre' if m['pre_norm'] else 'post'}-LN)"
+    return (f"{m['encoder_layers']} {blocks} encoder blocks, {m['decoder_layers']} decoder blocks, d_model "
+            f"{m['d_model']}, {m['heads']} heads, FFN {m['ffn_dim']}, subsampling ×{m['subsampling']}, "
+            f"{unit(exp)} units (vocabulary {m['vocab_size']}), CTC weight {m['ctc_weight']}: {parameters(exp)} "
+            "parameters")
 
 
 def section(recipe: Path, exp: Path) -> str:
+    """One experiment: how to reproduce it, the model, its training, and a table of every decoding."""
     cfg = yaml.safe_load((exp / "config.yaml").read_text())
     log = read_log(exp)
     m, t = cfg["model"], cfg["train"]
-    lines = [f"## {recipe.name}: `{exp.relative_to(recipe)}`", ""]
-    lines.append(f"- Reproduce: `{reproduce_command(recipe, exp, cfg)}`")
-    notes = config_notes(recipe, exp)
-    if notes:
-        lines.append(f"- Config (`{conf_file(recipe, exp).relative_to(recipe).as_posix()}`): {notes}")
-    blocks = (f"Conformer blocks (conv kernel {m['conv_kernel']})" if m.get("conv_kernel", 0) > 0
-              else f"Transformer blocks ({'pre' if m['pre_norm'] else 'post'}-LN)")
-    lines.append(f"- Model: {m['encoder_layers']} encoder / {m['decoder_layers']} decoder blocks, {blocks}, "
-                 f"d_model {m['d_model']}, {m['heads']} heads, FFN {m['ffn_dim']}, conv front-end ×{m['subsampling']} "
-                 f"with {m.get('subsampling_channels') or m['d_model']} channels, vocabulary {m['vocab_size']}, "
-                 f"CTC weight {m['ctc_weight']}; parameters {parameters(exp)}")
+    if log and "precision" in log[-1]:  # what `train.precision: auto` chose is what the run was
+        t["precision"] = log[-1]["precision"]
+    extras = makefile_default(recipe, "EXTRAS")
+    setup = f"`.venv/bin/pip install -e '.[{extras}]'`, then " if extras else ""
+    lines = [f"## {recipe.name}: `{exp.relative_to(recipe)}`", "",
+             f"- Reproduce: {setup}`{reproduce_command(recipe, exp, cfg)}` (recipes/{recipe.name}/README.md)",
+             f"- Model: {model_summary(m, exp)}"]
+    epochs = minutes = "–"
     if log:
         lines.append(f"- Training: {training_summary(log, t)}")
+        epochs, minutes = str(log[-1]["epoch"]), f"{log[-1]['elapsed'] / 60:.1f} min"
     init = t.get("init_from")
     if init:
         pre_exp = (recipe / init).parent
         pre_log, pre_cfg = read_log(pre_exp), yaml.safe_load((pre_exp / "config.yaml").read_text())
         taken = ", ".join(t.get("init_modules") or []) or "all"
         pre_conf = conf_file(recipe, pre_exp).relative_to(recipe).as_posix()
-        lines.append(f"- Pretraining (`{pre_conf}`, vocabulary {pre_cfg['model']['vocab_size']}; this model "
-                     f"starts from its {taken} in `{init}`): {training_summary(pre_log, pre_cfg['train'])}")
-    model_info = exp / "model.pt"
-    lines.append(f"- Package: `{model_info.relative_to(recipe)}` (`asr average`, `asr package`)")
+        lines.append(f"- Pretraining (`{pre_conf}`; this model starts from its {taken} in `{init}`): "
+                     f"{training_summary(pre_log, pre_cfg['train'])}")
+    cpu = f"{short_cpu_name()}, {os.cpu_count()} cores"
+    lines += ["", "| set | decoding | CER % | WER % | RTF | epochs | training | CPU |",
+              "|---|---|---|---|---|---|---|---|"]
+    maskctc = False
     for decode_dir in sorted(exp.glob("decode_*")):
-        lines += ["", f"Decoding `{decode_dir.name}`:", "",
-                  "| mode | CER % | WER % | SER % | RTF | threads |", "|---|---|---|---|---|---|"]
-        rows = decode_rows(decode_dir)
-        lines += rows
-        if not t.get("mask_ctc") and any(row.startswith("| maskctc |") for row in rows):
-            lines += ["", "The decoder was trained autoregressively only (`train.mask_ctc: false`), so `maskctc` "
-                          "runs it outside what it learned; it is listed for completeness."]
+        name = decode_dir.name.removeprefix("decode_").split("_")[0]
+        for mode, result, rtf in decodings(decode_dir):
+            maskctc |= mode == "maskctc"
+            lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | "
+                         f"{rtf.get('rtf', float('nan')):.4f} | {epochs} | {minutes} | {cpu} |")
+    if maskctc and not t.get("mask_ctc"):
+        lines += ["", "`maskctc`: the decoder was trained autoregressively only (`train.mask_ctc: false`), so this "
+                      "mode runs it outside what it learned."]
     figures = Path("docs/figures")
+    links = []
     for png in sorted(exp.glob("*.png")):  # experiment folders are not committed: copy the figures
         target = figures / f"{recipe.name}_{exp.name}_{png.name}"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(png.read_bytes())
-        lines += ["", f"![{recipe.name} {png.stem}]({target.as_posix()})"]
+        links.append(f"[{png.stem.replace('_', ' ')}]({target.as_posix()})")
+    if links:
+        lines += ["", "Figures: " + ", ".join(links) + "."]
     return "\n".join(lines) + "\n"
 
 
