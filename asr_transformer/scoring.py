@@ -354,24 +354,44 @@ def score(pairs: Iterable[tuple[str, str, str]], normalizer: NormalizerConfig | 
 
 
 def read_hyp_jsonl(path: str | Path) -> list[tuple[str, str, str]]:
-    """Read ``{"id", "text", "ref"}`` records (one per line) as ``(id, ref, hyp)`` triples."""
-    pairs = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ScoringError(f"{path}:{lineno}: not valid JSON ({e})") from None
-            missing = [k for k in ("id", "text", "ref") if k not in rec]
-            if missing:
-                raise ScoringError(
-                    f"{path}:{lineno}: record {rec.get('id', '?')!r} lacks {missing}; each line "
-                    'needs {"id", "text" (hypothesis), "ref"}: decode with references to score'
-                )
-            pairs.append((str(rec["id"]), rec["ref"], rec["text"]))
+    """Read ``{"id", "text", "ref"}`` records (one per line) as ``(id, ref, hyp)`` triples.
+
+    Every line must be such an object with string texts and an id seen once; a file without a record is an
+    error too (scoring nothing is not 0 % WER). Each problem is a ScoringError naming file:line.
+    """
+    pairs, seen = [], {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    pairs.append(_hyp_record(line, f"{path}:{lineno}", seen))
+    except UnicodeDecodeError as e:
+        raise ScoringError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not pairs:
+        raise ScoringError(f"{path}: no hypotheses to score (an empty file)")
     return pairs
+
+
+def _hyp_record(line: str, where: str, seen: dict[str, str]) -> tuple[str, str, str]:
+    """One line of hyp.jsonl → (id, ref, hyp); `seen` maps each id read so far to its file:line."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ScoringError(f"{where}: not valid JSON ({e.msg})") from None
+    if not isinstance(rec, dict):
+        raise ScoringError(f'{where}: expected a JSON object {{"id", "text", "ref"}}, got {type(rec).__name__}')
+    missing = [k for k in ("id", "text", "ref") if k not in rec]
+    if missing:
+        raise ScoringError(f"{where}: record {rec.get('id', '?')!r} lacks {missing}; each line needs "
+                           '{"id", "text" (hypothesis), "ref"}: decode with references to score')
+    for key in ("text", "ref"):
+        if not isinstance(rec[key], str):
+            raise ScoringError(f"{where}: {key!r} of {rec['id']!r} is {json.dumps(rec[key])}, not a string")
+    uid = str(rec["id"])
+    if uid in seen:
+        raise ScoringError(f"{where}: utterance {uid!r} again (first at {seen[uid]}); each is scored once")
+    seen[uid] = where
+    return uid, rec["ref"], rec["text"]
 
 
 def score_dir(decode_dir: str | Path, normalizer: NormalizerConfig | None = NormalizerConfig()) -> Report:

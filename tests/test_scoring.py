@@ -194,3 +194,28 @@ def test_long_character_sequences_equal_jiwer():
         ours = ErrorCounts.from_alignment(align(list(ref), list(hyp)))
         out = jiwer.process_characters(ref, hyp)
         assert (ours.sub, ours.dele, ours.ins) == (out.substitutions, out.deletions, out.insertions)
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"id": "u1", "text": "a", "ref": "a"}', '{"id": "u1", "text": "b", "ref": "b"}'],
+     r"hyp.jsonl:2: utterance 'u1' again \(first at .*hyp.jsonl:1\)"),
+    ([], r"hyp.jsonl: no hypotheses to score"),
+    (['{"id": "u1", "text": null, "ref": "a"}'], r"hyp.jsonl:1: 'text' of 'u1' is null, not a string"),
+    (['{"id": "u1", "text": "a", "ref": 7}'], r"hyp.jsonl:1: 'ref' of 'u1' is 7, not a string"),
+    (['["u1", "a", "a"]'], r"hyp.jsonl:1: expected a JSON object"),
+    (['{"id": "u1", "text": "a", "ref": "a"', ''], r"hyp.jsonl:1: not valid JSON"),
+])
+def test_bad_hypothesis_files_are_refused_naming_file_and_line(tmp_path, lines, message):
+    """A duplicated id would count twice, an empty file would score 0 % WER: both are refused, as are texts
+    that are not strings."""
+    path = tmp_path / "hyp.jsonl"
+    path.write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        read_hyp_jsonl(path)
+
+
+def test_a_latin1_hypothesis_file_is_refused(tmp_path):
+    path = tmp_path / "hyp.jsonl"
+    path.write_bytes('{"id": "u1", "text": "caf\u00e9", "ref": "cafe"}\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"hyp.jsonl: not UTF-8 text"):
+        read_hyp_jsonl(path)
