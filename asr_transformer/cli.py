@@ -425,8 +425,13 @@ def train(
     seed: Optional[int] = typer.Option(None, help="Random seed (overrides train.seed)."),
     train_manifest: str = typer.Option("train.jsonl", help="Training manifest name inside DATA."),
     dev_manifest: str = typer.Option("dev.jsonl", help="Validation manifest name inside DATA."),
+    force: bool = typer.Option(False, "--force", help="Start over in EXP when it holds another run (another config, "
+                               "manifests or tokenizer): that run is moved into EXP/replaced-N, not deleted."),
 ):
-    """Train (or resume) a model; runs under torchrun for several processes."""
+    """Train (or resume) a model; runs under torchrun for several processes.
+
+    Re-running into the same EXP resumes the run there, when the config and the data are the same (max_epochs,
+    max_minutes and how often it saves and logs may change); one training runs in a folder at a time."""
     from asr_transformer.config import ConfigError, load_config
     from asr_transformer.train.trainer import TrainError, train as run_train
 
@@ -438,7 +443,7 @@ def train(
         cfg.train.seed = seed
     try:
         run_train(cfg, data / train_manifest, data / dev_manifest, tokenizer_dir or data / "tokenizer", exp,
-                  device=device, threads=threads)
+                  device=device, threads=threads, force=force)
     except TrainError as e:
         _fail(str(e))
 
@@ -583,6 +588,8 @@ def package_(
     batch_size: Optional[int] = BATCH_SIZE,
     result: List[str] = typer.Option([], help="NAME=DIR: record the result of a decoding of this package (a folder "
                                      "with result.json and rtf.json, e.g. dev=exp/decode_dev); repeatable."),
+    sign: bool = typer.Option(False, "--sign", help="Sign OUT with the key in ASR_PACKAGE_KEY, accepting MODEL "
+                              "unsigned: for a package you trust (with the key set, only signed packages load)."),
 ):
     """Make a model package a complete recognizer: its decoding defaults (chosen on dev), the LMs they use
     (stored inside, compressed), and the results it was validated with. `asr decode` and `asr transcribe`
@@ -607,7 +614,7 @@ def package_(
     try:
         if mode is not None:
             check_modes(mode)
-        set_decoding(model, out, options, lms, results)
+        set_decoding(model, out, options, lms, results, sign=sign)
     except (DecodeError, CheckpointError, ValueError) as e:
         _fail(str(e))
     except OSError as e:
@@ -651,10 +658,14 @@ def info(model: Path = typer.Argument(..., help="Model package.")):
 
 def _print_info(model: Path) -> None:
     from asr_transformer.info import describe
-    from asr_transformer.train.checkpoint import CheckpointError
+    from asr_transformer.package import KEY_VARIABLE, package_key
+    from asr_transformer.train.checkpoint import CheckpointError, is_signed
 
     try:
         typer.echo(describe(model))
+        signed = is_signed(model)
+        typer.echo("signature:  " + ("none" if not signed else f"valid for {KEY_VARIABLE}" if package_key()
+                                     else f"present, not checked ({KEY_VARIABLE} is unset)"))
     except CheckpointError as e:
         _fail(str(e))
     except OSError as e:
@@ -699,7 +710,9 @@ def transcribe(
     audio: List[str] = typer.Argument(..., help="Audio files (any format soundfile reads); - reads stdin."),
     model: Path = typer.Option(..., "--model", "-m", help="Model package, or an ONNX export (asr export): "
                                "onnxruntime, no PyTorch."),
-    output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="Write <basename>.<ext> here."),
+    output_dir: Optional[Path] = typer.Option(None, "--out", "-o", "--output-dir",
+                                              help="Write <basename>.<ext> into this folder (--output-dir: "
+                                                   "whisper's name)."),
     output_format: str = typer.Option("txt", "--output-format", "-f", help="txt, json, srt, vtt, tsv or all."),
     mode: Optional[str] = MODE,
     beam: Optional[int] = BEAM,
@@ -728,7 +741,7 @@ def transcribe(
     """Transcribe audio files of any length with the package's decoding setup (or the options given); text to
     stdout, or files in several formats.
 
-    Without --output-dir, txt prints the text (one line per input; with several inputs `<input>\\t<text>`) and
+    Without --out, txt prints the text (one line per input; with several inputs `<input>\\t<text>`) and
     another format prints that format (one input only). Inputs that cannot be read are reported and skipped;
     the exit code is 1 if any failed."""
     import sys
@@ -739,9 +752,9 @@ def transcribe(
     if output_format != "all" and output_format not in FORMATS:
         _fail(f"--output-format {output_format}: choose from {', '.join(FORMATS)} or all")
     if output_dir is None and output_format == "all":
-        _fail("--output-format all writes several files: give --output-dir")
+        _fail("--output-format all writes several files: give --out")
     if output_dir is None and output_format != "txt" and len(audio) > 1:
-        _fail(f"--output-format {output_format} for several inputs: give --output-dir")
+        _fail(f"--output-format {output_format} for several inputs: give --out")
     if list(audio).count("-") > 1:
         _fail("stdin (-) can be read only once")
     if not max_segment >= 0.5:

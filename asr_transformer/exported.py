@@ -25,6 +25,7 @@ from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict
 from asr_transformer.decode import Hypothesis
 from asr_transformer.fileio import read_json
 from asr_transformer.model.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
+from asr_transformer.errors import UserError
 
 FORMAT, VERSION = "asr-export", 1  # as export.py writes them (that module imports torch)
 EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy")
@@ -32,7 +33,7 @@ NEG_INF = -np.inf
 INT16_SCALE = 32768.0
 
 
-class ExportError(ValueError):
+class ExportError(UserError, ValueError):
     """An export folder that cannot be run as asked; the message says what to change."""
 
 
@@ -158,7 +159,8 @@ def ctc_prefix_beam_search(log_probs: np.ndarray, length: int, beam: int) -> lis
 
 class ExportedRecognizer:
     """An `asr export` folder loaded into onnxruntime; the interface of `recognizer.Recognizer` that
-    `transcribe.transcribe` uses (`config`, `options`, `decode_waves`, `text`, `transcribe`).
+    `transcribe.transcribe` uses (`config`, `options`, `tokenizer`, `decode_waves`, `decode_waves_with_ctc`, `text`,
+    `transcribe`, word timestamps included).
 
     Args:
         folder: the export. threads: CPU threads for onnxruntime (0: all cores).
@@ -263,10 +265,20 @@ class ExportedRecognizer:
         """Utterances of 16 kHz mono samples, decoded together → the best hypothesis of each."""
         return self.decode_features([self.features(w) for w in waves], self.options)
 
+    def decode_waves_with_ctc(self, waves: list[np.ndarray],
+                              speaker=None) -> tuple[list[Hypothesis], list[np.ndarray]]:
+        """As `decode_waves`, and each utterance's CTC log-probs (T'_b, V), to align its hypothesis with
+        (`decode.align`, word timestamps)."""
+        ctc, enc_lens, cross = self.encode([self.features(w) for w in waves])
+        return self._search(ctc, enc_lens, cross, self.options), [lp[:n] for lp, n in zip(ctc, enc_lens.tolist())]
+
     def decode_features(self, feats: list[np.ndarray], opts: DecodeConfig) -> list[Hypothesis]:
         """Utterances' log-mel features [(T, F)] decoded together with `opts` → the best hypothesis of each."""
-        ctc, enc_lens, cross = self.encode(feats)
-        B, mode = len(feats), opts.mode
+        return self._search(*self.encode(feats), opts)
+
+    def _search(self, ctc: np.ndarray, enc_lens: np.ndarray, cross: list, opts: DecodeConfig) -> list[Hypothesis]:
+        """A batch's encoder outputs (`encode`) → the best hypothesis of each utterance with `opts`."""
+        B, mode = len(enc_lens), opts.mode
         if int(enc_lens.max()) == 0:  # every utterance too short to give one encoder frame (as search.recognize)
             return [Hypothesis([], 0.0) for _ in range(B)]
         if mode == "ctc":
@@ -349,8 +361,11 @@ class ExportedRecognizer:
         size = self.options.batch_size
         return [self.text(h.tokens) for i in range(0, len(waves), size) for h in self.decode_waves(waves[i:i + size])]
 
-    def transcribe(self, audio, *, max_segment: float = 20.0, progress=None, speaker=None) -> dict:
-        """One audio file of any length → {"text", "segments", "duration"}, as `Recognizer.transcribe`."""
+    def transcribe(self, audio, *, max_segment: float = 20.0, progress=None, speaker=None,
+                   word_timestamps: bool = False) -> dict:
+        """One audio file of any length → {"text", "segments", "duration"} (with `word_timestamps`, each segment's
+        "words"), as `Recognizer.transcribe`."""
         from asr_transformer.transcribe import transcribe
 
-        return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker)
+        return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker,
+                          word_timestamps=word_timestamps)

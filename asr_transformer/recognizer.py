@@ -143,6 +143,26 @@ class Recognizer:
         """Utterances of 16 kHz mono samples, decoded together → the best hypothesis of each.
         speaker: a model.speaker_cmn model's `CMVNAccumulator` of the speaker's features so far; these are added
         to it first, and all are normalized by its mean (see `transcribe.transcribe`)."""
+        feats, lens, speaker_mean = self._batch(waves, speaker)
+        hyps = self.recognize(feats, lens, speaker_mean=speaker_mean)
+        return [h[0] if h else Hypothesis([], float("-inf")) for h in hyps]
+
+    def decode_waves_with_ctc(self, waves: list[np.ndarray],
+                              speaker=None) -> tuple[list[Hypothesis], list[np.ndarray]]:
+        """As `decode_waves`, and each utterance's CTC log-probs (T'_b, V) float32, to align its hypothesis with
+        (`decode.align`, word timestamps). The encoder runs once more for them."""
+        feats, lens, speaker_mean = self._batch(waves, speaker)
+        hyps = self.recognize(feats, lens, speaker_mean=speaker_mean)
+        with torch.inference_mode():
+            enc, enc_lens = self.model.encode(feats, lens.to(self.device), speaker_mean)
+            log_probs = self.model.ctc_log_probs(enc).cpu().numpy()
+        return ([h[0] if h else Hypothesis([], float("-inf")) for h in hyps],
+                [lp[:n] for lp, n in zip(log_probs, enc_lens.tolist())])
+
+    def _batch(self, waves: list[np.ndarray],
+               speaker=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Samples → padded raw log-mel (B, T, F) on the device, lengths (B,), and the speaker mean (B, F) or None
+        (see `decode_waves`)."""
         feats = [self.features(w) for w in waves]
         lens = torch.tensor([f.size(0) for f in feats])
         padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
@@ -151,8 +171,7 @@ class Recognizer:
             for f in feats:
                 speaker.add(f)
             speaker_mean = torch.from_numpy(speaker.mean()).float().to(self.device).expand(len(feats), -1)
-        hyps = self.recognize(padded, lens, speaker_mean=speaker_mean)
-        return [h[0] if h else Hypothesis([], float("-inf")) for h in hyps]
+        return padded, lens, speaker_mean
 
     def recognize_arrays(self, waves: list[np.ndarray]) -> list[str]:
         """Utterances of 16 kHz mono samples, each decoded whole, in batches of `options.batch_size` → texts.
@@ -162,12 +181,15 @@ class Recognizer:
 
     # ------------------------------------------------------------------------------------------ files
 
-    def transcribe(self, audio, *, max_segment: float = 20.0, progress=None, speaker=None) -> dict:
+    def transcribe(self, audio, *, max_segment: float = 20.0, progress=None, speaker=None,
+                   word_timestamps: bool = False) -> dict:
         """One audio file of any length (a path, the bytes of a file, or a 1-D float32 array at 16 kHz) →
-        {"text", "segments": [{"start", "end", "text", "score"}], "duration"}; see `transcribe.transcribe`."""
+        {"text", "segments": [{"start", "end", "text", "score"}], "duration"}; with `word_timestamps` each segment
+        also has "words": [{"word", "start", "end", "probability"}]. See `transcribe.transcribe`."""
         from asr_transformer.transcribe import transcribe
 
-        return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker)
+        return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker,
+                          word_timestamps=word_timestamps)
 
     # -------------------------------------------------------------------------------------- manifests
 

@@ -24,6 +24,8 @@ Read top to bottom:
 3. `transcribe` batches the segments (``options.batch_size`` at a time) through a `Recognizer`
    (recognizer.py), keeping at most one batch of segment audio (plus the segmenter's buffer of
    ≤ max_segment + one block) in memory, so a 30-minute file needs no more memory than a 30-second one.
+   With `word_timestamps`, each segment's hypothesis is also aligned to its CTC log-probs (decode/align.py)
+   to time its words.
 4. `ProgressBar` shows how far a long file is; `asr transcribe` (cli.py) uses it.
 """
 
@@ -337,23 +339,39 @@ def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_op
 # --------------------------------------------------------------------------------------- decoding
 
 
-def _decode_batch(recognizer, segments: list[Segment], speaker=None) -> list[dict]:
-    """`speaker`: a CMVNAccumulator of the file's features so far, for a model.speaker_cmn model (else None)."""
+def _decode_batch(recognizer, segments: list[Segment], speaker=None, word_timestamps: bool = False) -> list[dict]:
+    """`speaker`: a CMVNAccumulator of the file's features so far, for a model.speaker_cmn model (else None).
+    `word_timestamps`: also align each hypothesis to its CTC log-probs and give each segment its "words"."""
     waves = [s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
              for s in segments]
+    if word_timestamps:
+        hyps, log_probs = recognizer.decode_waves_with_ctc(waves, speaker)
+    else:
+        hyps, log_probs = recognizer.decode_waves(waves, speaker), [None] * len(waves)
     out = []
-    for s, best in zip(segments, recognizer.decode_waves(waves, speaker)):
+    for s, best, lp in zip(segments, hyps, log_probs):
         text = " ".join(recognizer.text(best.tokens).split())
         if not text:
             continue
         score = float(best.score)
         out.append({"start": round(s.start, 3), "end": round(s.end, 3), "text": text,
                     "score": score if math.isfinite(score) else None})
+        if word_timestamps:
+            out[-1]["words"] = _words(recognizer, s, best.tokens, text, lp)
     return out
 
 
+def _words(recognizer, segment: Segment, tokens: list[int], text: str, log_probs: np.ndarray) -> list[dict]:
+    """The words of a segment's `text`, timed by aligning its `tokens` to its CTC log-probs (T', V)."""
+    from asr_transformer.decode.align import FrameClock, word_timestamps
+
+    clock = FrameClock.of(recognizer.config.features, recognizer.config.model.subsampling)
+    return word_timestamps(log_probs, tokens, recognizer.tokenizer.pieces(tokens), text.split(), clock,
+                           offset=segment.audio_start, bounds=(segment.start, segment.end))
+
+
 def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
-               progress: ProgressCallback | None = None, speaker=None) -> dict:
+               progress: ProgressCallback | None = None, speaker=None, word_timestamps: bool = False) -> dict:
     """Transcribe one audio file of any length.
 
     Args:
@@ -366,10 +384,16 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
             this call updates (to carry one speaker's mean across files); default: a fresh one, so the file is one
             speaker. Each batch is normalized by the mean of the speaker's segments decoded so far, its own
             included (a lone file of one segment: that segment's own mean).
+        word_timestamps: time each word too (decode/align.py): the hypothesis is aligned to the segment's
+            CTC log-probs (Viterbi; the encoder runs a second time for them), so the words are exactly those of
+            the segment's text. Where it cannot be aligned (more tokens than the frames allow), its words share
+            the segment evenly, with probability None.
     Returns:
         {"text": all segment texts joined by spaces, "segments": [{"start", "end", "text", "score"}],
          "duration": seconds}; times in seconds relative to the file, score = the hypothesis' log-prob
-        score (None when not finite). Segments whose decoded text is empty are left out.
+        score (None when not finite). Segments whose decoded text is empty are left out. With
+        `word_timestamps` each segment also has "words": [{"word", "start", "end", "probability"}] (whisper's
+        layout; probability: the mean CTC posterior of the word's tokens on their frames).
     Raises:
         AudioError naming the source when it cannot be read.
     """
@@ -387,7 +411,7 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
 
     def decode(batch: list[Segment]) -> None:
         nonlocal decoded
-        results.extend(_decode_batch(recognizer, batch, speaker))
+        results.extend(_decode_batch(recognizer, batch, speaker, word_timestamps))
         decoded += len(batch)
         if progress is not None:
             progress(batch[-1].end, total, decoded)

@@ -1,7 +1,10 @@
 """Transcript writers: txt, json, srt, vtt, tsv, as Whisper writes them.
 
-A result is ``{"text": str, "segments": [{"start": s, "end": s, "text": str, "score"?: float}],
-"language"?: str}`` with times in seconds.
+A result is ``{"text": str, "segments": [{"start": s, "end": s, "text": str, "score"?: float, "words"?: [...]}],
+"language"?: str}`` with times in seconds. Segments with word timestamps (`asr transcribe --word-timestamps`)
+carry ``"words": [{"word", "start", "end", "probability"}]``: json keeps them inside each segment (Whisper's
+layout), srt and vtt then give one cue per word and tsv one row per word (Whisper instead keeps a cue per segment
+and can highlight the word being spoken); txt is the same either way.
 """
 
 from __future__ import annotations
@@ -44,8 +47,23 @@ def to_txt(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cues(result: dict) -> list[tuple[float, float, str]]:
+    """(start, end, text) of each cue: each word where the segments have word timestamps, else each segment."""
+    cues = []
+    for s in result.get("segments") or []:
+        parts = s["words"] if "words" in s else [{"start": s["start"], "end": s["end"], "word": s["text"]}]
+        cues += [(p["start"], p["end"], p["word"]) for p in parts]
+    return cues
+
+
+def _json_word(word: dict) -> dict:
+    p = word.get("probability")
+    return {"word": word["word"], "start": round(float(word["start"]), 3), "end": round(float(word["end"]), 3),
+            "probability": None if p is None else round(float(p), 4)}
+
+
 def to_json(result: dict) -> str:
-    """Text, language and segments (id, start, end, text, score) as indented JSON."""
+    """Text, language and segments (id, start, end, text, score, and words where timed) as indented JSON."""
     out: dict = {"text": result.get("text", "")}
     if result.get("language") is not None:
         out["language"] = result["language"]
@@ -54,34 +72,37 @@ def to_json(result: dict) -> str:
         seg = {"id": i, "start": round(float(s["start"]), 3), "end": round(float(s["end"]), 3), "text": s["text"]}
         if s.get("score") is not None:
             seg["score"] = float(s["score"])
+        if "words" in s:
+            seg["words"] = [_json_word(w) for w in s["words"]]
         out["segments"].append(seg)
     return json.dumps(out, ensure_ascii=False, indent=2) + "\n"
 
 
 def to_srt(result: dict) -> str:
-    """SubRip: 1-based index, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, text, blank line."""
+    """SubRip: 1-based index, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, text, blank line; a cue per segment (per word
+    with word timestamps)."""
     cues = []
-    for i, s in enumerate(result.get("segments") or [], start=1):
-        start, end = format_timestamp(s["start"], ","), format_timestamp(s["end"], ",")
-        cues.append(f"{i}\n{start} --> {end}\n{_cue_text(s['text'])}\n\n")
+    for i, (start, end, text) in enumerate(_cues(result), start=1):
+        cues.append(f"{i}\n{format_timestamp(start, ',')} --> {format_timestamp(end, ',')}\n{_cue_text(text)}\n\n")
     return "".join(cues)
 
 
 def to_vtt(result: dict) -> str:
-    """WebVTT: ``WEBVTT`` header, then ``HH:MM:SS.mmm --> HH:MM:SS.mmm`` cues (text escaped)."""
+    """WebVTT: ``WEBVTT`` header, then ``HH:MM:SS.mmm --> HH:MM:SS.mmm`` cues (text escaped); a cue per segment
+    (per word with word timestamps)."""
     cues = ["WEBVTT\n\n"]
-    for s in result.get("segments") or []:
-        start, end = format_timestamp(s["start"]), format_timestamp(s["end"])
-        cues.append(f"{start} --> {end}\n{_vtt_escape(_cue_text(s['text']))}\n\n")
+    for start, end, text in _cues(result):
+        cues.append(f"{format_timestamp(start)} --> {format_timestamp(end)}\n{_vtt_escape(_cue_text(text))}\n\n")
     return "".join(cues)
 
 
 def to_tsv(result: dict) -> str:
-    """``start<TAB>end<TAB>text`` with times in integer milliseconds, as Whisper writes."""
+    """``start<TAB>end<TAB>text`` with times in integer milliseconds, as Whisper writes; a row per segment (per
+    word with word timestamps)."""
     lines = ["start\tend\ttext"]
-    for s in result.get("segments") or []:
-        text = " ".join(s["text"].split())  # tabs and newlines would break the columns
-        lines.append(f"{round(s['start'] * 1000)}\t{round(s['end'] * 1000)}\t{text}")
+    for start, end, text in _cues(result):
+        text = " ".join(text.split())  # tabs and newlines would break the columns
+        lines.append(f"{round(start * 1000)}\t{round(end * 1000)}\t{text}")
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from asr_transformer.model.tokens import BLANK, EOS
 from asr_transformer.package import load_package, save_package
 from asr_transformer.recognizer import Recognizer
 from asr_transformer.transcribe import Segmenter, iter_segments, stream_audio
+from tests.conftest import ALPHABET, speak
 
 SR = 16000
 SENTENCES = ["a cab", "bad dab", "add a bead", "cede a deed", "be ace"]
@@ -331,6 +333,161 @@ def test_cli_rejects_bad_options(package, tmp_path):
     for args in (["-f", "doc"], ["--mode", "fast"], ["-f", "all"], ["--max-segment", "0"]):
         result = _run([wav, "-m", package, *args])
         assert result.exit_code == 1 and "error" in result.stderr, args
+
+
+# ---------------------------------------------------------------------------------- word timestamps
+
+
+WORD_PAUSE = 0.1  # s of silence between words, besides conftest.speak's 0.05 s at each end of a word: 0.2 s in all
+
+
+def say(words: list[str], rng: random.Random) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
+    """Words as conftest.speak says them (0.05 s of silence, a 0.12 s tone per letter, 0.05 s of silence),
+    WORD_PAUSE s apart → (audio, [(word, start, end)] in seconds): each word's bounds are known."""
+    parts, truth, t = [], [], 0.0
+    for word in words:
+        if parts:
+            parts.append(np.zeros(int(WORD_PAUSE * SR), np.float32))
+            t += WORD_PAUSE
+        wave = speak(word, rng)
+        truth.append((word, t + 0.05, t + 0.05 + 0.12 * len(word)))
+        parts.append(wave)
+        t += wave.size / SR
+    return np.concatenate(parts), truth
+
+
+def random_words(rng: random.Random) -> list[str]:
+    return ["".join(rng.choice(sorted(ALPHABET)) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 4))]
+
+
+@pytest.fixture(scope="module")
+def tone_model(tmp_path_factory) -> Path:
+    """A tiny CTC-only model trained on conftest.py's tone letters, its words 0.2 s apart (at 0.06 s, as in
+    `tone_corpus`, a model this small and this quickly trained often hears a word break between two letters):
+    40 utterances, 15 epochs, ~5 s on one core. Its CTC spikes time each letter."""
+    from asr_transformer.config import load_config
+    from asr_transformer.data.manifest import Utterance, write_manifest
+    from asr_transformer.package import average_checkpoints
+    from asr_transformer.train.trainer import train
+
+    root, rng = tmp_path_factory.mktemp("tone_model"), random.Random(0)
+    texts = []
+    for split, count in (("train", 40), ("dev", 4)):
+        utts = []
+        for i in range(count):
+            words = random_words(rng)
+            wave, _ = say(words, rng)
+            utts.append(Utterance(f"{split}{i}", str(write_wav(root / f"{split}{i}.wav", wave)), wave.size / SR,
+                                  " ".join(words)))
+        write_manifest(root / f"{split}.jsonl", utts)
+        texts += [u.text for u in utts]
+    train_tokenizer(texts, root / "tokenizer", model_type="char")
+    cfg = load_config(None, ["model.preset=tiny", "model.ctc_weight=1.0", "data.max_frames=1500", "data.max_batch=8",
+                             "train.warmup_steps=5", "train.lr=4e-3", "train.max_epochs=15"])
+    train(cfg, root / "train.jsonl", root / "dev.jsonl", root / "tokenizer", root / "exp", device="cpu", threads=1)
+    average_checkpoints(root / "exp", root / "model.pt", last=1)
+    return root / "model.pt"
+
+
+def concatenated_recordings(gaps, seed: int = 1) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
+    """Recordings of new random words (not the training ones), each followed by `gaps[i]` s of silence (0.5 s
+    before the first), in light noise → (audio, [(word, start, end)])."""
+    rng = random.Random(seed)
+    parts, truth, t = [np.zeros(int(0.5 * SR), np.float32)], [], 0.5
+    for gap in gaps:
+        wave, words = say(random_words(rng), rng)
+        truth += [(word, t + start, t + end) for word, start, end in words]
+        parts += [wave, np.zeros(int(gap * SR), np.float32)]
+        t += (wave.size + int(gap * SR)) / SR
+    x = np.concatenate(parts)
+    return x + 0.003 * np.random.default_rng(seed).standard_normal(x.size).astype(np.float32), truth
+
+
+GAPS = (0.8, 0.1, 0.8, 0.8, 0.1, 0.8)  # 0.1 s (+ 0.1 s at the recordings' ends): under the segmenter's 0.3 s, so
+# two recordings share a segment
+
+
+def test_word_timestamps_on_concatenated_recordings(tone_model):
+    x, truth = concatenated_recordings(GAPS)
+    result = Recognizer(tone_model, device="cpu", threads=1, mode="ctc").transcribe(x, word_timestamps=True)
+    assert len(result["segments"]) == 4
+    for seg in result["segments"]:
+        assert " ".join(w["word"] for w in seg["words"]) == seg["text"]  # the words are the text's
+        assert all(seg["start"] <= w["start"] <= w["end"] <= seg["end"] for w in seg["words"])
+        assert all(0.0 < w["probability"] <= 1.0 for w in seg["words"])
+    words = [w for seg in result["segments"] for w in seg["words"]]
+    assert len(words) == len(truth), (result["text"], " ".join(w for w, _, _ in truth))
+    errors = [max(abs(w["start"] - start), abs(w["end"] - end)) for w, (_, start, end) in zip(words, truth)]
+    print(f"\nword boundaries: max |error| {max(errors):.3f} s over {len(words)} words")
+    assert max(errors) <= 0.1, list(zip(words, truth))
+    starts = [w["start"] for w in words]
+    assert starts == sorted(starts)
+
+
+def test_cli_word_timestamps_in_every_format(tone_model, tmp_path):
+    x, truth = concatenated_recordings(GAPS[:3])
+    wav = write_wav(tmp_path / "talk.wav", x)
+    out = tmp_path / "out"
+    result = _run([wav, "-m", tone_model, "--mode", "ctc", "--word-timestamps", "-o", out, "-f", "all",
+                   "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    expected = Recognizer(tone_model, device="cpu", threads=1, mode="ctc").transcribe(wav, word_timestamps=True)
+    words = [w for seg in expected["segments"] for w in seg["words"]]
+    assert len(words) == len(truth)
+    data = json.loads((out / "talk.json").read_text())
+    assert [w for seg in data["segments"] for w in seg["words"]] == words
+    assert set(words[0]) == {"word", "start", "end", "probability"}  # whisper's layout
+    spans = [t for w in words for t in (w["start"], w["end"])]
+    for ext, sep in (("srt", ","), ("vtt", r"\.")):  # a cue per word
+        assert [t for cue in _times((out / f"talk.{ext}").read_text(), sep) for t in cue] == pytest.approx(spans)
+    rows = [line.split("\t") for line in (out / "talk.tsv").read_text().splitlines()[1:]]
+    assert rows == [[str(round(w["start"] * 1000)), str(round(w["end"] * 1000)), w["word"]] for w in words]
+    assert (out / "talk.txt").read_text().splitlines() == [seg["text"] for seg in expected["segments"]]
+    assert "--word-timestamps" in _run(["--help"]).output
+
+
+def test_exported_model_gives_the_same_word_timestamps(tone_model, tmp_path):
+    pytest.importorskip("onnxruntime", reason="ONNX export needs the onnx extra: pip install -e '.[onnx]'")
+    from asr_transformer.export import export_package
+    from asr_transformer.exported import ExportedRecognizer
+
+    x, _ = concatenated_recordings(GAPS[:2])
+    export_package(tone_model, tmp_path / "onnx")
+    exported = ExportedRecognizer(tmp_path / "onnx", threads=1, mode="ctc").transcribe(x, word_timestamps=True)
+    reference = Recognizer(tone_model, device="cpu", threads=1, mode="ctc").transcribe(x, word_timestamps=True)
+    assert exported["text"] == reference["text"]
+    for got, want in zip(exported["segments"], reference["segments"]):
+        assert [(w["word"], w["start"], w["end"]) for w in got["words"]] == \
+            [(w["word"], w["start"], w["end"]) for w in want["words"]]
+        assert [w["probability"] for w in got["words"]] == pytest.approx([w["probability"] for w in want["words"]],
+                                                                          abs=1e-3)
+
+
+def test_word_timestamps_when_the_hypothesis_cannot_be_aligned(package, monkeypatch):
+    """The 'a' model's one-word segments are aligned (the word spans its segment); a hypothesis with more tokens
+    than the frames allow has its words share the segment evenly, with probability None."""
+    from asr_transformer.decode import Hypothesis
+
+    x, _ = tones_with_silences([1.0, 0.6])
+    rec = ctc_recognizer(package)
+    aligned = rec.transcribe(x, word_timestamps=True)
+    for seg in aligned["segments"]:
+        assert [(w["word"], w["start"], w["end"]) for w in seg["words"]] == [("a", seg["start"], seg["end"])]
+        assert seg["words"][0]["probability"] > 0.99
+    space, a = (rec.tokenizer.sp.piece_to_id(p) for p in ("▁", "a"))
+    decode = rec.decode_waves_with_ctc
+
+    def too_long(waves, speaker=None):
+        hyps, log_probs = decode(waves, speaker)
+        return [Hypothesis([space, a] * 100, h.score) for h in hyps], log_probs
+
+    monkeypatch.setattr(rec, "decode_waves_with_ctc", too_long)
+    result = rec.transcribe(x, word_timestamps=True)
+    for seg in result["segments"]:
+        words = seg["words"]
+        assert len(words) == 100 and all(w["probability"] is None for w in words)
+        assert words[0]["start"] == seg["start"] and words[-1]["end"] == pytest.approx(seg["end"], abs=1e-3)
+        assert all(b["start"] == pytest.approx(a["end"], abs=1e-3) for a, b in zip(words, words[1:]))
 
 
 # ----------------------------------------------------------------------------------- bounded memory

@@ -113,3 +113,35 @@ def test_non_ascii_text_written_as_utf8(tmp_path):
     (path,) = write_result(result, tmp_path, "x", ["srt"])
     assert parse_cues(path.read_text(encoding="utf-8"), ",") == [(0.0, 2.0, "café ♪ 東京")]
     assert json.loads(format_result(result, "json"))["text"] == "café ♪ 東京"
+
+
+WORDS = {
+    "text": "Hello world Tom",
+    "segments": [
+        {"start": 0.0, "end": 1.5, "text": "Hello world", "score": -0.25,
+         "words": [{"word": "Hello", "start": 0.1, "end": 0.6, "probability": 0.91234},
+                   {"word": "world", "start": 0.8, "end": 1.4, "probability": None}]},
+        {"start": 61.0, "end": 62.0, "text": "Tom", "words": [{"word": "Tom", "start": 61.2, "end": 61.7,
+                                                               "probability": 0.5}]},
+    ],
+}
+
+
+def test_word_timestamps_give_a_cue_and_a_row_per_word():
+    spans = [(100, 600, "Hello"), (800, 1400, "world"), (61200, 61700, "Tom")]
+    srt = format_result(WORDS, "srt")
+    assert [b.split("\n")[0] for b in srt.strip("\n").split("\n\n")] == ["1", "2", "3"]
+    assert [(round(a * 1000), round(b * 1000), t) for a, b, t in parse_cues(srt, ",")] == spans
+    vtt = format_result(WORDS, "vtt")
+    assert [(round(a * 1000), round(b * 1000), t) for a, b, t in parse_cues(vtt[len("WEBVTT\n\n"):], ".")] == spans
+    rows = [line.split("\t") for line in format_result(WORDS, "tsv").splitlines()]
+    assert rows == [["start", "end", "text"], *[[str(a), str(b), t] for a, b, t in spans]]
+    assert format_result(WORDS, "txt") == "Hello world\nTom\n"  # txt: a line per segment either way
+
+
+def test_json_keeps_the_words_inside_each_segment():
+    d = json.loads(format_result(WORDS, "json"))
+    assert d["segments"][0]["words"] == [{"word": "Hello", "start": 0.1, "end": 0.6, "probability": 0.9123},
+                                         {"word": "world", "start": 0.8, "end": 1.4, "probability": None}]
+    assert d["segments"][1]["words"] == [{"word": "Tom", "start": 61.2, "end": 61.7, "probability": 0.5}]
+    assert "words" not in json.loads(format_result(RESULT, "json"))["segments"][0]

@@ -4,6 +4,7 @@ Read in this order: greedy.py (autoregressive greedy) → ctc_prefix.py (CTC pre
 beam search) → beam.py (attention beam search, optionally joint with CTC, optionally fused with an n-gram
 LM from ngram.py) → maskctc.py (Mask-CTC, non-autoregressive) → search.py (`recognize`, one entry point for
 every mode; `read_lm` and `fusion_lm`, the LMs it fuses). `recognizer.Recognizer` decodes manifests and files with them.
+align.py times each word of a hypothesis by CTC forced alignment (`asr transcribe --word-timestamps`).
 
 Every search returns, per utterance, a list of `Hypothesis` (n-best, best first).
 """
