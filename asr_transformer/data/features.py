@@ -22,6 +22,7 @@ from asr_transformer.fileio import read_json, write_json
 CMVN_FORMAT = "asr-cmvn"
 CMVN_VERSION = 1
 INT16_SCALE = 32768.0
+MAX_FBANK_PEAK = 1e6  # |sample| up to which fbank's power spectrum stays far below float32's limit (3.4e38)
 
 
 def _mel(freq):
@@ -81,13 +82,18 @@ def num_frames(num_samples: int, cfg: FeatureConfig = FeatureConfig()) -> int:
 def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: float = 0.0,
           warp: float = 1.0) -> torch.Tensor:
     """(samples,) float in [-1, 1] → (frames, num_mel_bins) log-mel energies; `warp` ≠ 1 warps the frequency
-    axis of the filterbank (vocal tract length perturbation, `vtln_warp`)."""
+    axis of the filterbank (vocal tract length perturbation, `vtln_warp`).
+
+    Finite input gives finite output: a waveform peaking above MAX_FBANK_PEAK (whose power would overflow
+    float32) is scaled down to that peak and its log-energies raised by 2·log of the scale, which leaves every
+    other waveform's features as they were, bit for bit."""
     win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
     hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
     padded = 1 << (win - 1).bit_length()
     if waveform.numel() < win:
         return waveform.new_zeros(0, cfg.num_mel_bins)
-    frames = (waveform * INT16_SCALE).unfold(0, win, hop)  # (frames, win)
+    gain = torch.clamp(waveform.detach().abs().amax() / MAX_FBANK_PEAK, min=1.0)
+    frames = (waveform / gain * INT16_SCALE).unfold(0, win, hop)  # (frames, win)
     if dither > 0:
         frames = frames + dither * torch.randn_like(frames)
     frames = frames - frames.mean(dim=1, keepdim=True)
@@ -95,7 +101,7 @@ def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: 
     frames = frames * povey_window(win).to(frames.device)
     power = torch.fft.rfft(frames, n=padded).abs().pow(2)  # (frames, padded // 2 + 1)
     mel = power @ mel_banks(cfg.num_mel_bins, padded, cfg.sample_rate, warp=warp).to(frames.device).T
-    return torch.clamp(mel, min=torch.finfo(torch.float32).eps).log()
+    return torch.clamp(mel, min=torch.finfo(torch.float32).eps).log() + 2 * gain.log()
 
 
 # ---------------------------------------------------------------- global CMVN

@@ -42,7 +42,7 @@ import numpy as np
 import soundfile as sf
 
 from asr_transformer.data import grammar
-from asr_transformer.data.audio import SAMPLE_RATE, resample
+from asr_transformer.data.audio import SAMPLE_RATE, block_reach, resample
 from asr_transformer.data.manifest import Utterance, write_manifest
 from asr_transformer.fileio import write_json
 
@@ -241,22 +241,28 @@ def resample_many(signals: list[np.ndarray], rate: int, out_rate: int = SAMPLE_R
     """Resample several float32 signals at `rate` to `out_rate` in one call (one filter, one conv).
 
     Each signal is zero-padded to whole resampling blocks (rate/gcd samples, 20 ms for 22050 Hz)
-    and followed by one block of zeros, far wider than the filter, so no signal leaks into the
-    next and each piece equals resampling that padded signal alone.
+    and followed by enough blocks of zeros to cover the filter's reach (`block_reach`), so no signal
+    leaks into the next and each piece equals resampling that padded signal alone. Ratios that
+    `resample` does not hand to torchaudio (odd rates: blocks of up to a second) are resampled one
+    signal at a time.
     """
+    reach = block_reach(rate, out_rate)
+    if rate == out_rate or reach is None:
+        return [resample(x, rate, out_rate) for x in signals]
     block_in = rate // math.gcd(rate, out_rate)
     block_out = out_rate // math.gcd(rate, out_rate)
+    gap = -(-reach // block_in)  # whole blocks of zeros between signals
     blocks = [-(-len(x) // block_in) for x in signals]  # ceil
-    joined = np.zeros((sum(blocks) + len(signals)) * block_in, np.float32)
+    joined = np.zeros((sum(blocks) + gap * len(signals)) * block_in, np.float32)
     start = 0
     for x, n in zip(signals, blocks):
         joined[start:start + len(x)] = x
-        start += (n + 1) * block_in
+        start += (n + gap) * block_in
     out = resample(joined, rate, out_rate)
     pieces, start = [], 0
     for n in blocks:
         pieces.append(out[start:start + n * block_out])
-        start += (n + 1) * block_out
+        start += (n + gap) * block_out
     return pieces
 
 
