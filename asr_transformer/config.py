@@ -214,13 +214,115 @@ def apply_preset(model: ModelConfig, name: str) -> None:
 
 
 def from_dict(values: dict | None, where: str = "config") -> Config:
+    """A checked Config from nested values (a package's, an export's); ConfigError naming `where` otherwise."""
     cfg = Config()
     _update(cfg, values or {}, where)
+    validate(cfg, where)
     return cfg
 
 
+def _fraction(v) -> bool:
+    return 0 <= v < 1
+
+
+def _probability(v) -> bool:
+    return 0 <= v <= 1
+
+
+# (key, test, the allowed range as the error states it); cross-key checks are in `validate`
+RANGES = [
+    ("features.sample_rate", lambda v: v >= 1000, "≥ 1000 (Hz)"),
+    ("features.num_mel_bins", lambda v: v >= 1, "≥ 1"),
+    ("features.frame_length_ms", lambda v: v > 0, "> 0"),
+    ("features.frame_shift_ms", lambda v: v > 0, "> 0"),
+    ("features.dither", lambda v: v >= 0, "≥ 0"),
+    ("augment.speed_factors", lambda v: len(v) > 0 and all(f > 0 for f in v), "a non-empty list of factors > 0"),
+    ("augment.vtlp_warps", lambda v: len(v) > 0 and all(f > 0 for f in v), "a non-empty list of factors > 0"),
+    ("augment.noise_prob", _probability, "in [0, 1]"),
+    ("augment.noise_snr", lambda v: len(v) == 2 and v[0] <= v[1], "[low, high] in dB, low ≤ high"),
+    ("augment.own_mean_prob", _probability, "in [0, 1]"),
+    ("augment.eq_prob", _probability, "in [0, 1]"),
+    ("augment.eq_db", lambda v: v >= 0, "≥ 0"),
+    ("augment.freq_masks", lambda v: v >= 0, "≥ 0"),
+    ("augment.freq_mask_width", lambda v: v >= 0, "≥ 0"),
+    ("augment.time_masks", lambda v: v >= 0, "≥ 0"),
+    ("augment.time_mask_width", lambda v: v >= 0, "≥ 0"),
+    ("augment.time_mask_ratio", _probability, "in [0, 1]"),
+    ("augment.time_warp", lambda v: v >= 0, "≥ 0"),
+    ("data.max_frames", lambda v: v >= 1, "≥ 1"),
+    ("data.max_batch", lambda v: v >= 1, "≥ 1"),
+    ("data.min_duration", lambda v: v >= 0, "≥ 0 (seconds)"),
+    ("data.num_workers", lambda v: v >= 0, "≥ 0"),
+    ("data.bucket_width", lambda v: v >= 0, "≥ 0"),
+    ("model.input_dim", lambda v: v >= 1, "≥ 1"),
+    ("model.vocab_size", lambda v: v >= 0, "≥ 0 (0: taken from the tokenizer)"),
+    ("model.d_model", lambda v: v >= 1, "≥ 1"),
+    ("model.heads", lambda v: v >= 1, "≥ 1"),
+    ("model.encoder_layers", lambda v: v >= 1, "≥ 1"),
+    ("model.decoder_layers", lambda v: v >= 0, "≥ 0"),
+    ("model.ffn_dim", lambda v: v >= 1, "≥ 1"),
+    ("model.dropout", _fraction, "in [0, 1)"),
+    ("model.attention_dropout", _fraction, "in [0, 1)"),
+    ("model.subsampling", lambda v: v in (4, 6, 8), "4, 6 or 8"),
+    ("model.subsampling_channels", lambda v: v >= 0, "≥ 0 (0: d_model)"),
+    ("model.conv_kernel", lambda v: v == 0 or (v > 0 and v % 2 == 1), "0 (no Conformer blocks) or an odd width"),
+    ("model.ctc_weight", _probability, "in [0, 1]"),
+    ("model.interctc_weight", _fraction, "in [0, 1)"),
+    ("model.interctc_layer", lambda v: v >= 0, "≥ 0 (0: the middle block)"),
+    ("model.label_smoothing", _fraction, "in [0, 1)"),
+    ("train.max_epochs", lambda v: v >= 1, "≥ 1"),
+    ("train.max_minutes", lambda v: v >= 0, "≥ 0 (0: no time budget)"),
+    ("train.lr", lambda v: v > 0, "> 0"),
+    ("train.warmup_steps", lambda v: v >= 0, "≥ 0"),
+    ("train.warmup_epochs", lambda v: v >= 0, "≥ 0"),
+    ("train.schedule", lambda v: v in ("noam", "cosine"), "noam or cosine"),
+    ("train.weight_decay", lambda v: v >= 0, "≥ 0"),
+    ("train.clip_grad", lambda v: v > 0, "> 0"),
+    ("train.accum_grad", lambda v: v >= 1, "≥ 1"),
+    ("train.precision", lambda v: v in ("auto", "fp32", "bf16", "fp16"), "auto, fp32, bf16 or fp16"),
+    ("train.keep_best", lambda v: v >= 0, "≥ 0 (0: keep every epoch)"),
+    ("train.best_metric", lambda v: v in ("valid_loss", "valid_cer", "valid_acc"),
+     "valid_loss, valid_cer or valid_acc"),
+    ("train.checkpoint_minutes", lambda v: v >= 0, "≥ 0"),
+    ("train.scheduled_sampling", _probability, "in [0, 1]"),
+    ("train.log_interval", lambda v: v >= 1, "≥ 1"),
+    ("decode.beam", lambda v: v >= 1, "≥ 1"),
+    ("decode.ctc_weight", _probability, "in [0, 1]"),
+    ("decode.max_len_ratio", lambda v: v > 0, "> 0"),
+    ("decode.maskctc_iterations", lambda v: v >= 1, "≥ 1"),
+    ("decode.maskctc_threshold", _probability, "in [0, 1]"),
+    ("decode.nbest", lambda v: v >= 1, "≥ 1"),
+    ("decode.batch_size", lambda v: v >= 1, "≥ 1"),
+]
+
+
+def validate(cfg: Config, where: str = "config") -> None:
+    """Check every value's range (RANGES) and the keys that must agree; ConfigError naming the first bad key and
+    what it allows. `where` (a package, an export) prefixes the message unless it is the default "config"."""
+    def fail(key, value, allowed):
+        raise ConfigError(("" if where == "config" else f"{where}: ") + f"{key}={value!r}: must be {allowed}")
+
+    for key, ok, allowed in RANGES:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        try:
+            good = ok(value)
+        except TypeError:  # e.g. a list of strings
+            good = False
+        if not good:
+            fail(key, value, allowed)
+    m, d = cfg.model, cfg.data
+    if m.d_model % m.heads:
+        fail("model.heads", m.heads, f"a divisor of model.d_model={m.d_model}")
+    if m.interctc_layer >= m.encoder_layers:
+        fail("model.interctc_layer", m.interctc_layer, f"below model.encoder_layers={m.encoder_layers}")
+    if d.max_duration <= d.min_duration:
+        fail("data.max_duration", d.max_duration, f"> data.min_duration={d.min_duration}")
+
+
 def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> Config:
-    """Read a YAML config (or defaults when `path` is None) and apply `a.b=value` overrides."""
+    """Read a YAML config (or defaults when `path` is None) and apply `a.b=value` overrides; the result is checked
+    (`validate`): ConfigError naming the key and its allowed range."""
     values: dict = {}
     if path is not None:
         try:
@@ -235,9 +337,11 @@ def load_config(path: str | os.PathLike | None, overrides: list[str] = ()) -> Co
             raise ConfigError(f"{path}{line}: not valid YAML ({reason})") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
-    cfg = from_dict(values, str(path or "config"))
+    cfg = Config()
+    _update(cfg, values, str(path or "config"))
     for item in overrides:
         apply_override(cfg, item)
+    validate(cfg)
     return cfg
 
 

@@ -5,6 +5,14 @@ phone units, its pronunciation lexicon), the weights (CMVN inside), the n-gram L
 (gzip-compressed ARPA text), and what it was trained on and validated with. `asr average` writes one;
 `asr package` sets its decoding defaults and LMs. Read with ``weights_only=True``, so loading never unpickles
 arbitrary objects.
+
+Integrity. The SHA-256 footer (train/checkpoint.py) catches accidental damage: a truncated copy, flipped bits.
+Loading also checks that every weight has the shape the config's model builds, so a config edited out of step
+with its weights is refused. Neither stops a deliberate edit made with care (weights zeroed, CTC rows permuted,
+a different number of heads, the footer recomputed): only a signature does. With $ASR_PACKAGE_KEY set, every
+package written is signed (HMAC-SHA256 of its contents under that key) and every package read must carry a
+valid signature; unsigned or mis-signed ones are refused. Unset (or empty), packages are neither signed nor
+checked, as before.
 """
 
 from __future__ import annotations
@@ -17,14 +25,21 @@ from pathlib import Path
 
 import torch
 
-from asr_transformer.config import Config, DecodeConfig, from_dict, to_dict
+from asr_transformer.config import Config, DecodeConfig, from_dict, to_dict, validate
 from asr_transformer.data.tokenizer import Tokenizer, tokenizer_from_bytes
 from asr_transformer.fileio import read_json
-from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from asr_transformer.train.checkpoint import CheckpointError, SignatureError, load_checkpoint, save_checkpoint
 
 FORMAT = "asr-model"
 DATA_SUMMARY = "data.json"  # written into an experiment folder by the trainer: the data it trains on
 LM_KINDS = ("lm", "word_lm")  # a token n-gram LM (`asr lm`) and a word n-gram LM (`asr lm --words`)
+KEY_VARIABLE = "ASR_PACKAGE_KEY"  # the signing key (module docstring)
+
+
+def package_key() -> bytes | None:
+    """The signing key from $ASR_PACKAGE_KEY (its UTF-8 bytes), or None when it is unset or empty."""
+    value = os.environ.get(KEY_VARIABLE, "")
+    return value.encode("utf-8") if value else None
 
 
 def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, weights: dict, info: dict | None = None,
@@ -40,17 +55,24 @@ def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, wei
         "weights": weights,
         "info": info or {},
         "lms": lms or {},
-    }, format=FORMAT)
+    }, format=FORMAT, key=package_key())
 
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INT8 = "int8"  # dynamic int8 quantization of the Linear layers (CPU): `quantize_int8`
 
 
-def read_package(path: str | os.PathLike) -> dict:
-    """The verified contents of a model package (config, tokenizer, weights, info, lms); CheckpointError otherwise."""
+def read_package(path: str | os.PathLike, unsigned_ok: bool = False) -> dict:
+    """The verified contents of a model package (config, tokenizer, weights, info, lms); CheckpointError otherwise.
+
+    With $ASR_PACKAGE_KEY set its signature must be valid (an unsigned package passes only with `unsigned_ok`)."""
     try:
-        return load_checkpoint(path, format=FORMAT)
+        return load_checkpoint(path, format=FORMAT, key=package_key(), unsigned_ok=unsigned_ok)
+    except SignatureError as e:
+        if e.unsigned:
+            raise SignatureError(f"{e} ({KEY_VARIABLE} is set: only packages signed with that key load); if you "
+                                 f"trust it, sign it: `asr package {path} --out {path} --sign`", True) from None
+        raise SignatureError(f"{e} than {KEY_VARIABLE}'s; do not use it", False) from None
     except CheckpointError as e:
         raise CheckpointError(f"{e}. Expected a model package written by `asr average`.") from None
 
@@ -69,7 +91,11 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     state = state if state is not None else read_package(path)
     cfg = from_dict(state["config"], f"{path}:config")
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
-    model = ASRModel(cfg.model)
+    try:
+        model = ASRModel(cfg.model)
+    except ValueError as e:
+        raise CheckpointError(f"{path}: its config describes no model ({e})") from None
+    check_weights(path, model.state_dict(), state["weights"])
     model.load_state_dict(state["weights"])
     model.to(device).eval()
     if precision == INT8:
@@ -77,6 +103,23 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     elif precision != "fp32":
         model.set_encoder_dtype(PRECISIONS[precision])
     return model, tokenizer, cfg
+
+
+def check_weights(path, expected: dict, weights: dict) -> None:
+    """CheckpointError naming the package and the first weight whose name or shape differs from `expected` (the
+    state dict of the model its config builds): a package whose config and weights disagree."""
+    for name, tensor in expected.items():
+        if name not in weights:
+            raise CheckpointError(f"{path}: no weight {name}, which the model its config describes has: config and "
+                                  f"weights disagree (the package was edited or damaged)")
+        if weights[name].shape != tensor.shape:
+            raise CheckpointError(f"{path}: {name} is {tuple(weights[name].shape)} in the weights, "
+                                  f"{tuple(tensor.shape)} in the model its config describes: config and weights "
+                                  f"disagree (the package was edited or damaged)")
+    for name in weights:
+        if name not in expected:
+            raise CheckpointError(f"{path}: weight {name} has no place in the model its config describes: config and "
+                                  f"weights disagree (the package was edited or damaged)")
 
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
@@ -117,22 +160,26 @@ def check_precision(precision: str, device: str | torch.device) -> str:
 
 
 def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict | None = None,
-                 lms: dict | None = None, results: dict | None = None) -> None:
+                 lms: dict | None = None, results: dict | None = None, sign: bool = False) -> None:
     """Copy the package `path` to `out` (may be the same file) with new decoding defaults, LMs and results.
 
     options: DecodeConfig fields to change. lms: {"lm" | "word_lm": an ARPA file to store, or None to remove
     it}; kinds not named are kept. results: {name (e.g. "dev", "test"): a decode result folder holding
-    `result.json` (`asr score`) and `rtf.json` (`asr decode`)}, recorded as validated results.
+    `result.json` (`asr score`) and `rtf.json` (`asr decode`)}, recorded as validated results. sign: accept `path`
+    unsigned (its owner vouches for it) and write `out` signed; needs $ASR_PACKAGE_KEY.
     """
     from asr_transformer.decode.ngram import NgramLM, pack_arpa
 
-    state = read_package(path)
+    if sign and package_key() is None:
+        raise ValueError(f"--sign: set {KEY_VARIABLE} to the key to sign with")
+    state = read_package(path, unsigned_ok=sign)
     cfg = from_dict(state["config"], f"{path}:config")
     known = {f.name for f in fields(DecodeConfig)}
     for key, value in (options or {}).items():
         if key not in known:
             raise ValueError(f"unknown decoding option '{key}' (known: {', '.join(sorted(known))})")
         setattr(cfg.decode, key, value)
+    validate(cfg, "the decoding options")
     stored = dict(state.get("lms") or {})
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     for kind, arpa in (lms or {}).items():

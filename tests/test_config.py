@@ -1,6 +1,8 @@
 import pytest
+from typer.testing import CliRunner
 
-from asr_transformer.config import PRESETS, ConfigError, load_config, save_config
+from asr_transformer.cli import app
+from asr_transformer.config import PRESETS, ConfigError, from_dict, load_config, save_config
 
 
 def test_yaml_preset_and_overrides(tmp_path):
@@ -23,3 +25,43 @@ def test_yaml_preset_and_overrides(tmp_path):
 def test_bad_overrides_are_explained(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, [override])
+
+
+@pytest.mark.parametrize("override,message", [
+    ("train.max_epochs=-1", r"^train\.max_epochs=-1: must be ≥ 1$"),
+    ("train.max_epochs=0", r"^train\.max_epochs=0: must be ≥ 1$"),
+    ("train.lr=0", r"^train\.lr=0\.0: must be > 0$"),
+    ("model.dropout=1", r"^model\.dropout=1\.0: must be in \[0, 1\)$"),
+    ("model.heads=3", r"^model\.heads=3: must be a divisor of model\.d_model=256$"),
+    ("model.subsampling=5", r"^model\.subsampling=5: must be 4, 6 or 8$"),
+    ("model.conv_kernel=16", r"^model\.conv_kernel=16: must be 0 \(no Conformer blocks\) or an odd width$"),
+    ("model.ctc_weight=1.5", r"^model\.ctc_weight=1\.5: must be in \[0, 1\]$"),
+    ("augment.noise_snr=[40, 10]", r"^augment\.noise_snr=\[40, 10\]: must be \[low, high\] in dB, low ≤ high$"),
+    ("augment.speed_factors=[]", r"^augment\.speed_factors=\[\]: must be a non-empty list of factors > 0$"),
+    ("data.max_duration=0.05", r"^data\.max_duration=0\.05: must be > data\.min_duration=0\.1$"),
+    ("train.accum_grad=0", r"^train\.accum_grad=0: must be ≥ 1$"),
+    ("train.schedule=linear", r"^train\.schedule='linear': must be noam or cosine$"),
+    ("decode.beam=0", r"^decode\.beam=0: must be ≥ 1$"),
+])
+def test_values_out_of_range_are_refused_naming_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_ranges_are_checked_after_the_overrides_and_in_stored_configs(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  max_epochs: 0\n")
+    assert load_config(path, ["train.max_epochs=3"]).train.max_epochs == 3  # the override repairs it
+    with pytest.raises(ConfigError, match=r"^model\.pt:config: model\.heads=5: must be a divisor of model\.d_model"):
+        from_dict({"model": {"heads": 5}}, "model.pt:config")
+    for name in ("tiny", "small", "base", "large"):
+        load_config(None, [f"model.preset={name}"])
+
+
+def test_the_cli_refuses_a_bad_range_in_one_line_and_trains_nothing(tmp_path):
+    (tmp_path / "data").mkdir()
+    result = CliRunner().invoke(app, ["train", "--data", str(tmp_path / "data"), "--exp", str(tmp_path / "exp"),
+                                      "--set", "train.max_epochs=-1"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: train.max_epochs=-1: must be ≥ 1"]
+    assert not (tmp_path / "exp").exists()

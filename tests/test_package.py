@@ -73,11 +73,17 @@ def test_transcribe_takes_the_package_setup_and_every_decoding_option(tiny_packa
     assert rec.transcribe(tmp_path / "a.wav")["text"] == text and rec.options.ctc_weight == 0.4
     assert rec.lms == {"lm": "lm.arpa", "word_lm": "words.arpa"}
     assert Recognizer(packaged / "model.pt", device="cpu", beam=1, word_lm=False).options.beam == 1
-    # asr transcribe accepts every decoding option of asr decode (output options aside)
+    # asr transcribe accepts every decoding option of asr decode (what decode writes aside: --nbest, --score)
+    from dataclasses import fields
+
+    from asr_transformer.config import DecodeConfig
+
     commands = typer.main.get_command(app).commands
     options = {name: {o for p in commands[name].params for o in p.opts if o.startswith("--")}
                for name in ("decode", "transcribe")}
-    assert options["decode"] - options["transcribe"] == {"--out", "--score", "--nbest"}  # what decode writes
+    decoding = {"--" + f.name.replace("_", "-") for f in fields(DecodeConfig)} - {"--nbest"}
+    decoding |= {"--lm", "--word-lm", "--no-lm", "--precision", "--device", "--threads"}
+    assert decoding <= options["decode"] and decoding <= options["transcribe"]
     assert "--mode" in options["transcribe"] and "--maskctc-threshold" in options["transcribe"]
 
 
@@ -135,3 +141,128 @@ def test_int8_quantizes_the_linear_layers_and_stays_close(tiny_package):
     with pytest.raises(Exception, match="int8 runs on the CPU only"):
         from asr_transformer.package import check_precision
         check_precision("int8", "cuda")
+
+
+def resave(src: Path, dst: Path, edit) -> None:
+    """What a deliberate edit does: change the payload, keep any signature line, recompute the SHA-256 footer."""
+    import hashlib
+    import io
+
+    from asr_transformer.train.checkpoint import FOOTER, FOOTER_LEN, SIGNATURE, SIGNATURE_LEN
+
+    body = src.read_bytes()[:-FOOTER_LEN]
+    signed = body[-SIGNATURE_LEN:].startswith(SIGNATURE)
+    payload, signature = (body[:-SIGNATURE_LEN], body[-SIGNATURE_LEN:]) if signed else (body, b"")
+    state = torch.load(io.BytesIO(payload), weights_only=True)
+    edit(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    body = buffer.getvalue() + signature
+    dst.write_bytes(body + FOOTER + hashlib.sha256(body).hexdigest().encode() + b"\n")
+
+
+def zero_encoder(state):
+    state["weights"]["encoder.layers.0.self_attn.q.weight"].zero_()
+
+
+def permute_ctc(state):
+    state["weights"]["ctc.proj.weight"] = state["weights"]["ctc.proj.weight"].flip(0).contiguous()
+
+
+def four_heads(state):
+    state["config"]["model"]["heads"] = 4
+
+
+@pytest.fixture
+def signed(tiny_package, tmp_path, monkeypatch):
+    """tiny_package re-written with ASR_PACKAGE_KEY set (so signed); the variable stays set."""
+    from asr_transformer.package import load_package, save_package
+
+    monkeypatch.delenv("ASR_PACKAGE_KEY", raising=False)
+    model, tokenizer, cfg = load_package(tiny_package / "model.pt")
+    monkeypatch.setenv("ASR_PACKAGE_KEY", "a secret")
+    save_package(tmp_path / "signed.pt", cfg, tokenizer, model.state_dict())
+    return tmp_path / "signed.pt"
+
+
+@pytest.mark.parametrize("edit", [zero_encoder, permute_ctc, four_heads])
+def test_an_edited_package_with_a_recomputed_footer_is_refused_only_with_the_key(signed, tmp_path, monkeypatch, edit):
+    from asr_transformer.package import load_package
+    from asr_transformer.train.checkpoint import SignatureError
+
+    resave(signed, tmp_path / "edited.pt", edit)
+    monkeypatch.delenv("ASR_PACKAGE_KEY")
+    edited, _, cfg = load_package(tmp_path / "edited.pt")  # the checksum cannot tell a deliberate edit
+    original, _, original_cfg = load_package(signed)
+    assert cfg != original_cfg or any(not torch.equal(v, original.state_dict()[k])
+                                      for k, v in edited.state_dict().items())  # the edit went through
+    monkeypatch.setenv("ASR_PACKAGE_KEY", "a secret")
+    load_package(signed)
+    with pytest.raises(SignatureError, match=rf"^{tmp_path}/edited\.pt: signature mismatch: the file was changed "
+                                             rf"after it was signed, or signed with another key than "
+                                             rf"ASR_PACKAGE_KEY's; do not use it$"):
+        load_package(tmp_path / "edited.pt")
+    monkeypatch.setenv("ASR_PACKAGE_KEY", "another secret")
+    with pytest.raises(SignatureError, match="signature mismatch"):
+        load_package(signed)
+
+
+def test_a_signed_package_round_trips_and_an_unsigned_one_needs_signing(tiny_package, signed, tmp_path):
+    from asr_transformer.package import load_package
+    from asr_transformer.train.checkpoint import SignatureError, is_signed, load_checkpoint
+
+    model, _, _ = load_package(signed)  # ASR_PACKAGE_KEY is set
+    original = load_checkpoint(tiny_package / "model.pt", format="asr-model")["weights"]  # no key: not checked
+    assert model.state_dict().keys() == original.keys()
+    for name, value in original.items():
+        assert torch.equal(model.state_dict()[name], value), name
+    assert is_signed(signed) and not is_signed(tiny_package / "model.pt")
+    assert "signature:  valid for ASR_PACKAGE_KEY" in asr("info", signed).stdout
+    # `asr package` keeps it signed
+    asr("package", signed, "--out", tmp_path / "beam.pt", "--beam", "4")
+    assert is_signed(tmp_path / "beam.pt") and load_package(tmp_path / "beam.pt")[2].decode.beam == 4
+    # an unsigned package is refused while the key is set, until its owner signs it
+    with pytest.raises(SignatureError, match=r"model\.pt: not signed, and a signed file is required \(ASR_PACKAGE_KEY "
+                                             r"is set: only packages signed with that key load\); if you trust it, "
+                                             r"sign it: `asr package .* --sign`$"):
+        load_package(tiny_package / "model.pt")
+    result = CliRunner().invoke(app, ["decode", str(tiny_package / "model.pt"), str(tiny_package / "test.jsonl"),
+                                      "--out", str(tmp_path / "dec")])
+    assert result.exit_code == 1 and "not signed" in result.output and "Traceback" not in result.output
+    asr("package", tiny_package / "model.pt", "--out", tmp_path / "now_signed.pt", "--sign")
+    resigned, _, _ = load_package(tmp_path / "now_signed.pt")
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, resigned.state_dict()[name]), name
+
+
+def test_a_config_out_of_step_with_the_weights_is_refused(tiny_package, tmp_path, monkeypatch):
+    from asr_transformer.config import ConfigError
+    from asr_transformer.package import load_package
+    from asr_transformer.train.checkpoint import CheckpointError
+
+    monkeypatch.delenv("ASR_PACKAGE_KEY", raising=False)
+
+    def wider(state):
+        state["config"]["model"]["d_model"] = 128
+
+    resave(tiny_package / "model.pt", tmp_path / "wider.pt", wider)
+    with pytest.raises(CheckpointError, match=rf"^{tmp_path}/wider\.pt: encoder\.subsampling\.conv\.0\.weight is "
+                                              rf"\(64, 1, 3, 3\) in the weights, \(128, 1, 3, 3\) in the model its "
+                                              rf"config describes: config and weights disagree"):
+        load_package(tmp_path / "wider.pt")
+
+    def deeper(state):
+        state["config"]["model"]["encoder_layers"] = 3
+
+    resave(tiny_package / "model.pt", tmp_path / "deeper.pt", deeper)
+    with pytest.raises(CheckpointError, match=r"deeper\.pt: no weight encoder\.layers\.2\.[\w.]+, which the model"):
+        load_package(tmp_path / "deeper.pt")
+
+    def three_heads(state):
+        state["config"]["model"]["heads"] = 3
+
+    resave(tiny_package / "model.pt", tmp_path / "heads.pt", three_heads)
+    with pytest.raises(ConfigError, match=r"heads\.pt:config: model\.heads=3: must be a divisor of model\.d_model=64"):
+        load_package(tmp_path / "heads.pt")
+    result = CliRunner().invoke(app, ["info", str(tmp_path / "heads.pt")])
+    assert result.exit_code == 1 and "model.heads=3" in result.output and "Traceback" not in result.output

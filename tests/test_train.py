@@ -113,6 +113,76 @@ def test_killed_process_resumes_to_the_same_weights(tone_corpus, tmp_path):
         assert torch.equal(full[name], resumed[name]), name
 
 
+# Runs a training in a child process that SIGKILLs itself at a chosen moment: "during_write", half-way through
+# writing the end-of-epoch-2 checkpoint (its temp file is left behind), or "before_log", right after the
+# end-of-epoch-1 checkpoint is written and before that epoch's log record is appended.
+KILLED_AT = """
+import json, os, signal, sys
+from pathlib import Path
+import asr_transformer.train.trainer as trainer
+from asr_transformer.config import load_config
+from asr_transformer.fileio import atomic_open
+
+corpus, exp, overrides, moment = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+real_save = trainer.save_checkpoint
+
+
+def save(path, state, **kwargs):
+    epoch_end = path.name == "last.pt" and state["progress"]["batch"] == 0
+    if moment == "during_write" and epoch_end and state["progress"]["epoch"] == 2:
+        with atomic_open(path, "wb") as f:
+            f.write(b"the first bytes of a checkpoint")
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    real_save(path, state, **kwargs)
+    if moment == "before_log" and epoch_end and state["progress"]["epoch"] == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+trainer.save_checkpoint = save
+trainer.train(load_config(None, overrides), corpus / "train.jsonl", corpus / "dev.jsonl", corpus / "tokenizer", exp,
+              device="cpu", threads=1)
+"""
+TIMING = {"epoch_seconds", "elapsed", "audio_seconds_per_second"}
+
+
+def log_records(exp: Path) -> list[dict]:
+    """The epoch records of exp/train_log.jsonl without their timings."""
+    log = exp / "train_log.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+@pytest.mark.parametrize("moment", ["during_write", "before_log"])
+def test_kill_at_a_checkpoint_resumes_to_the_weights_and_log_of_an_uninterrupted_run(tone_corpus, tmp_path, moment):
+    args = ["train.max_epochs=2"]
+    run(tone_corpus, tmp_path / "full", args)
+    exp = tmp_path / "killed"
+    child = subprocess.run([sys.executable, "-c", KILLED_AT, str(tone_corpus), str(exp), json.dumps(TINY + args),
+                            moment], capture_output=True, text=True, timeout=300)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
+    if moment == "during_write":  # the kill left a temp file and the log of epoch 1
+        assert len(list((exp / "checkpoints").glob(".last.pt.*.tmp"))) == 1 and len(log_records(exp)) == 1
+    else:  # the checkpoint has epoch 1, the log has not
+        assert load_checkpoint(exp / "checkpoints/last.pt")["progress"]["epoch"] == 1 and log_records(exp) == []
+    run(tone_corpus, exp, args)
+    assert not list(exp.rglob("*.tmp"))
+    full, resumed = weights(tmp_path / "full/checkpoints/last.pt"), weights(exp / "checkpoints/last.pt")
+    for name in full:
+        assert torch.equal(full[name], resumed[name]), name
+    expected = log_records(tmp_path / "full")
+    assert [r["epoch"] for r in expected] == [1, 2] and log_records(exp) == expected
+
+
+def test_an_interrupted_epoch_logs_what_an_uninterrupted_one_does(tone_corpus, tmp_path):
+    """Stopped mid-epoch and resumed, the epoch's record (train loss, gradient norms, metrics) is the same."""
+    args = ["train.max_epochs=1", "augment.speed_factors=[0.9,1.0,1.1]"]
+    run(tone_corpus, tmp_path / "full", args)
+    run(tone_corpus, tmp_path / "split", args, stop_after_batches=2)
+    run(tone_corpus, tmp_path / "split", args)
+    assert log_records(tmp_path / "split") == log_records(tmp_path / "full") != []
+
+
 def test_damaged_checkpoint_is_detected_not_loaded(tone_corpus, tmp_path):
     run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1"])
     last = tmp_path / "exp/checkpoints/last.pt"
@@ -247,9 +317,9 @@ def test_auto_precision_trains_in_bf16_only_where_the_cpu_has_amx(tone_corpus, t
 def test_init_from_takes_the_listed_modules_of_a_package_and_keeps_the_runs_cmvn(tone_corpus, tiny_package, tmp_path):
     """Fine-tuning: the encoder of a package with another vocabulary starts the run; nothing else is taken."""
     package = load_checkpoint(tiny_package / "model.pt", format="asr-model")["weights"]
-    # lr 0: the first epoch's weights are the ones the run started from
-    run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1", "train.lr=0", f"train.init_from={tiny_package / 'model.pt'}",
-                                        "train.init_modules=[encoder]"])
+    # lr 1e-9: the first epoch moves the weights it started from by far less than assert_close's tolerance
+    run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1", "train.lr=1e-9",
+                                        f"train.init_from={tiny_package / 'model.pt'}", "train.init_modules=[encoder]"])
     start = weights(tmp_path / "exp/checkpoints/epoch_1.pt")
     assert start["ctc.proj.weight"].shape != package["ctc.proj.weight"].shape  # another vocabulary
     encoder = [n for n in start if n.startswith("encoder.")]

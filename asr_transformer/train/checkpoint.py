@@ -5,11 +5,19 @@ format name and a version, followed by a one-line footer with the SHA-256 of tha
 file truncated or damaged on disk is detected and not loaded. Payload and checksum are one file,
 written by one atomic rename: a kill at any moment leaves either the old file or the new one.
 (Files of the first version kept the checksum in a sidecar ``.sha256``; those still load.)
+
+The checksum guards against accidents (a truncated copy, a damaged disk), not against a deliberate edit:
+anyone can change the payload and recompute it. For that a file can be signed: with a `key`, an HMAC-SHA256
+of the payload under that key sits between the payload and the checksum footer, and a load given the key
+refuses a file whose signature is missing or does not match (SignatureError). Only who holds the key can
+make a valid signature. A load without a key ignores the signature. (Model packages use this with the key
+in $ASR_PACKAGE_KEY: package.py.)
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import os
 from pathlib import Path
@@ -23,27 +31,43 @@ FORMAT = "asr-checkpoint"
 VERSION = 1
 FOOTER = b"\nasr-sha256:"  # + 64 hex digits + b"\n"
 FOOTER_LEN = len(FOOTER) + 65
+SIGNATURE = b"\nasr-hmac-sha256:"  # + 64 hex digits, between the payload and the footer of a signed file
+SIGNATURE_LEN = len(SIGNATURE) + 64
 
 
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint that is missing, truncated, damaged or of another format."""
 
 
-def save_checkpoint(path: str | os.PathLike, state: dict, format: str = FORMAT) -> None:
-    """Serialize `state` and write it with its checksum footer, atomically."""
+class SignatureError(CheckpointError):
+    """A file that a load given a key refuses: `unsigned`, or signed with another key or edited since."""
+
+    def __init__(self, message: str, unsigned: bool):
+        super().__init__(message)
+        self.unsigned = unsigned
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict, format: str = FORMAT, key: bytes | None = None) -> None:
+    """Serialize `state` and write it [signed with `key`] with its checksum footer, atomically."""
     buffer = io.BytesIO()
     torch.save({"format": format, "version": VERSION, **state}, buffer)
-    payload = buffer.getvalue()
+    body = buffer.getvalue()
+    if key is not None:
+        body += SIGNATURE + _signature(body, key)
     path = Path(path)
     with atomic_open(path, "wb") as f:
-        f.write(payload + FOOTER + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+        f.write(body + FOOTER + hashlib.sha256(body).hexdigest().encode() + b"\n")
     sidecar = path.with_name(path.name + ".sha256")
     if sidecar.exists():  # left by a first-version file of the same name
         sidecar.unlink()
 
 
-def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location="cpu") -> dict:
-    """Load and verify; raises CheckpointError with the file name when anything is wrong."""
+def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location="cpu", key: bytes | None = None,
+                    unsigned_ok: bool = False) -> dict:
+    """Load and verify; raises CheckpointError with the file name when anything is wrong.
+
+    key: the file must be signed with it (SignatureError otherwise), or unsigned when `unsigned_ok`.
+    """
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: file not found")
@@ -60,6 +84,9 @@ def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location=
         raise CheckpointError(f"{path}: no checksum footer: the file is truncated or damaged")
     if hashlib.sha256(payload).hexdigest() != expected:
         raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or damaged")
+    payload, signature = _split_signature(payload)
+    if key is not None:
+        _verify(path, payload, signature, key, unsigned_ok)
     try:
         state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
     except Exception as e:
@@ -70,6 +97,35 @@ def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location=
     if state.get("version", 0) > VERSION:
         raise CheckpointError(f"{path}: written by a newer asr-transformer (version {state['version']})")
     return state
+
+
+def is_signed(path: str | os.PathLike) -> bool:
+    """Whether the file carries a signature (checked or not)."""
+    with open(path, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - FOOTER_LEN - SIGNATURE_LEN))
+        return f.read().startswith(SIGNATURE)
+
+
+def _signature(payload: bytes, key: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
+
+
+def _split_signature(body: bytes) -> tuple[bytes, bytes | None]:
+    """→ (payload, its signature's hex digits or None when unsigned)."""
+    tail = body[-SIGNATURE_LEN:]
+    if len(body) > SIGNATURE_LEN and tail.startswith(SIGNATURE):
+        return body[:-SIGNATURE_LEN], tail[len(SIGNATURE):]
+    return body, None
+
+
+def _verify(path: Path, payload: bytes, signature: bytes | None, key: bytes, unsigned_ok: bool) -> None:
+    if signature is None:
+        if unsigned_ok:
+            return
+        raise SignatureError(f"{path}: not signed, and a signed file is required", unsigned=True)
+    if not hmac.compare_digest(signature, _signature(payload, key)):
+        raise SignatureError(f"{path}: signature mismatch: the file was changed after it was signed, or signed with "
+                             f"another key", unsigned=False)
 
 
 def remove_checkpoint(path: str | os.PathLike) -> None:

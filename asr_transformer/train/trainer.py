@@ -3,7 +3,12 @@ exact resume, mixed precision, gradient accumulation and DistributedDataParallel
 
 Resume restores model, optimizer, scaler, step, epoch, the position inside the epoch and the
 RNG states; batches and augmentation depend only on (seed, epoch, utterance), so a resumed run
-follows the same trajectory as one that was never stopped.
+follows the same trajectory as one that was never stopped. It resumes only the same run: the experiment
+folder's lock, config and input checks are `train/experiment.py`'s.
+
+The log and the checkpoint agree after any kill: each epoch's log record is kept in the checkpoint
+(`Progress.history`), and every start makes `train_log.jsonl` hold exactly those records: the ones a kill
+kept from the log are appended, any past the checkpoint are dropped.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
 from asr_transformer.data.tokenizer import Tokenizer, load_tokenizer
 from asr_transformer.model.asr import ASRModel
-from asr_transformer.fileio import write_json
+from asr_transformer.fileio import atomic_open, write_json
 from asr_transformer.package import DATA_SUMMARY, resolve_precision
+from asr_transformer.train import experiment
 from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.train.pretrained import PretrainedError, load_pretrained
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
@@ -53,6 +59,9 @@ class Progress:
     elapsed: float = 0.0  # training seconds so far
     epoch_loss: float = 0.0  # sum of this epoch's finite batch losses ...
     epoch_batches: int = 0  # ... and their count
+    norm_sum: float = 0.0  # this epoch's gradient norms before clipping: their sum, ...
+    norm_count: int = 0  # ... their count ...
+    clipped: int = 0  # ... and how many exceeded train.clip_grad
     planned: int = 0  # epochs the schedule plans for when train.max_minutes is set (0 = train.max_epochs)
     history: list = field(default_factory=list)  # epoch metrics
 
@@ -188,23 +197,32 @@ def _progress_bar(disable: bool):
 
 
 def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device: str = "auto",
-          threads: int = 0, stop_after_batches: int | None = None) -> Progress:
+          threads: int = 0, stop_after_batches: int | None = None, force: bool = False) -> Progress:
     """Train into `exp`, resuming from `exp/checkpoints/last.pt` when present.
 
+    The process of rank 0 holds the folder's lock for the run; a folder holding another run (another config
+    or other inputs) is refused, or with `force` moved aside (`experiment.start`).
     `stop_after_batches` stops (after checkpointing) once that many batches ran in this call;
     tests use it to interrupt a run.
     """
-    exp = Path(exp)
-    dev = pick_device(device)
-    dist = _Distributed(dev)
-    if dev.type == "cuda" and dist.world > 1:
-        dev = torch.device("cuda", dist.local_rank)
-    torch.set_num_threads(threads or os.cpu_count() or 1)
     if not Path(tokenizer_dir, "tokenizer.json").exists():
         raise TrainError(f"{tokenizer_dir}: no tokenizer; make one with `asr tokenizer {train_manifest} --out {tokenizer_dir}`")
     for m in (train_manifest, dev_manifest):
         if not Path(m).exists():
             raise TrainError(f"{m}: manifest not found; make it with `asr prepare`")
+    main = int(os.environ.get("RANK", "0")) == 0
+    with experiment.lock(exp) if main else contextlib.nullcontext():
+        return _train(cfg, train_manifest, dev_manifest, tokenizer_dir, Path(exp), device, threads,
+                      stop_after_batches, force)
+
+
+def _train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, device: str, threads: int,
+           stop_after_batches: int | None, force: bool) -> Progress:
+    dev = pick_device(device)
+    dist = _Distributed(dev)
+    if dev.type == "cuda" and dist.world > 1:
+        dev = torch.device("cuda", dist.local_rank)
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     tokenizer = load_tokenizer(tokenizer_dir)
     cfg.model.vocab_size = tokenizer.vocab_size
     cfg.model.input_dim = cfg.features.num_mel_bins
@@ -215,7 +233,10 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     say = (lambda *a: print(*a, flush=True)) if dist.main else (lambda *a: None)
 
     cmvn_path = exp / "cmvn.json"
-    if dist.main:
+    if dist.main:  # the other ranks wait at the barrier, and stop with rank 0 when it refuses the folder
+        identity = tokenizer.model_bytes + json.dumps(tokenizer.meta(), sort_keys=True).encode()
+        experiment.start(exp, cfg, {"train": Path(train_manifest), "dev": Path(dev_manifest)},
+                         (Path(tokenizer_dir), identity), force, say)
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, exp / "config.yaml")
         if not cmvn_path.exists():
@@ -268,6 +289,10 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
     except ValueError as e:
         raise TrainError(str(e)) from None
 
+    def epochs() -> int:
+        """Epochs in the plan: train.max_epochs, or fewer when train.max_minutes would not fit them."""
+        return min(tc.max_epochs, state.planned) if tc.max_minutes > 0 and state.planned else tc.max_epochs
+
     state = Progress()
     last = ckpt_dir / "last.pt"
     if last.exists():
@@ -280,7 +305,11 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
         scaler.load_state_dict(saved["scaler"])
         state = Progress(**saved["progress"])
         _set_rng_state(saved["rng"])
-        say(f"resuming from {last}: epoch {state.epoch + 1}, batch {state.batch}, step {state.step}")
+        if state.epoch < epochs() and not _out_of_time(state, tc.max_minutes):
+            say(f"resuming {exp} at epoch {state.epoch + 1} of {epochs()}"
+                + (f", batch {state.batch}" if state.batch else "") + f" (step {state.step})")
+        else:
+            say(f"{exp}: nothing to resume: {state.epoch} epochs trained (step {state.step}), {epochs()} planned")
     elif tc.init_from:
         try:
             taken = load_pretrained(model, tc.init_from, tc.init_modules)
@@ -288,6 +317,10 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             raise TrainError(str(e)) from None
         say(f"initialized {len(taken)} of {len(model.state_dict())} tensors from {tc.init_from}"
             + (f" ({', '.join(tc.init_modules)})" if tc.init_modules else ""))
+
+    log_path = exp / "train_log.jsonl"
+    if dist.main:
+        _agree_log(log_path, state.history)
 
     ddp = model
     if dist.world > 1:
@@ -308,12 +341,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
 
     old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     writer = _tensorboard(exp) if dist.main else None
-    log_path = exp / "train_log.jsonl"
     batches_run, last_save = 0, time.monotonic()
-
-    def epochs() -> int:
-        """Epochs in the plan: train.max_epochs, or fewer when train.max_minutes would not fit them."""
-        return min(tc.max_epochs, state.planned) if tc.max_minutes > 0 and state.planned else tc.max_epochs
 
     try:
         while state.epoch < epochs() and not _out_of_time(state, tc.max_minutes):
@@ -324,8 +352,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             # the epochs' batch counts differ by ~1 %, so the decay ends up to ~1 % of the steps early or late)
             total_steps = steps_per_epoch * epochs()
             micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
-            frames_done = 0
-            norms: list[float] = []  # gradient norms before clipping, this process's steps of the epoch
+            frames_done, last_norm = 0, None
             with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
                 task = bar.add_task(f"epoch {state.epoch + 1}/{epochs()}", total=n_batches,
                                     completed=state.batch, info="")
@@ -351,7 +378,10 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                         scaler.unscale_(optimizer)
                         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad)
                         if torch.isfinite(norm):
-                            norms.append(float(norm))
+                            last_norm = float(norm)
+                            state.norm_sum += last_norm
+                            state.norm_count += 1
+                            state.clipped += last_norm > tc.clip_grad
                             for group in optimizer.param_groups:
                                 group["lr"] = learning_rate(tc.schedule, state.step + 1, tc.lr, warmup, total_steps)
                             scaler.step(optimizer)
@@ -374,8 +404,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                     if writer is not None and state.step % tc.log_interval == 0 and finite:
                         writer.add_scalar("train/loss", float(loss), state.step)
                         writer.add_scalar("train/lr", lr, state.step)
-                        if norms:
-                            writer.add_scalar("train/grad_norm", norms[-1], state.step)
+                        if last_norm is not None:
+                            writer.add_scalar("train/grad_norm", last_norm, state.step)
                     at_boundary = micro == 0
                     due = (time.monotonic() - last_save) >= tc.checkpoint_minutes * 60
                     interrupted = stop["signal"] is not None or (
@@ -397,8 +427,8 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
             if dist.main:
                 record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": state.epoch_loss / max(1, state.epoch_batches),
                           "lr": optimizer.param_groups[0]["lr"], "skipped_steps": state.skipped,
-                          "grad_norm": sum(norms) / max(1, len(norms)),
-                          "clipped": sum(n > tc.clip_grad for n in norms) / max(1, len(norms)),
+                          "grad_norm": state.norm_sum / max(1, state.norm_count),
+                          "clipped": state.clipped / max(1, state.norm_count),
                           "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2), "precision": precision,
                           "audio_seconds_per_second": round(frames_done * cfg.features.frame_shift_ms / 1000
                                                             / max(1e-9, epoch_seconds), 2), **metrics}
@@ -407,6 +437,7 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                 _prune(ckpt_dir, state.history, tc.keep_best, tc.best_metric)
             state.epoch += 1
             state.batch, state.epoch_loss, state.epoch_batches = 0, 0.0, 0
+            state.norm_sum, state.norm_count, state.clipped = 0.0, 0, 0
             if tc.max_minutes > 0:  # re-plan so that the schedule ends (cosine: anneals) inside the time budget
                 before = epochs()
                 state.planned = epochs_that_fit(state.epoch, tc.max_epochs, state.elapsed, tc.max_minutes * 60,
@@ -437,6 +468,14 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
         if writer is not None:
             writer.close()
         dist.close()
+
+
+def _agree_log(path: Path, history: list[dict]) -> None:
+    """Make the log hold exactly the checkpoint's epoch records (`history`), rewriting it when it does not."""
+    lines = [json.dumps(record) + "\n" for record in history]
+    if (path.read_text(encoding="utf-8") if path.exists() else "") != "".join(lines):
+        with atomic_open(path) as f:
+            f.writelines(lines)
 
 
 def _data_summary(manifest, utts) -> dict:
