@@ -549,20 +549,30 @@ def decode(
     threads: int = THREADS,
     precision: str = PRECISION,
     score: bool = typer.Option(True, help="Score against the manifest's texts afterwards."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Decode the good utterances when some cannot be "
+                                  "decoded, and list the bad ones on stderr and in OUT/skipped.jsonl (default: "
+                                  "list them and stop, writing nothing)."),
 ):
     """Decode a manifest with the package's decoding setup (or the options given); writes hyp.jsonl and a Kaldi
-    `text` file, reports RTF."""
+    `text` file, reports RTF.
+
+    Before decoding, --out is checked writable and every manifest line parsed and every audio header read. An
+    utterance that cannot be decoded (a bad line, audio missing, unreadable or empty, or samples found NaN when
+    read) stops the command: each is listed on stderr, the exit status is 1 and nothing is written. With
+    --skip-bad the others are decoded and written, the bad ones listed in OUT/skipped.jsonl, exit status 0."""
     from asr_transformer.data.manifest import ManifestError
     from asr_transformer.decode.search import DecodeError
     from asr_transformer.exported import ExportError
+    from asr_transformer.writers import check_writable
 
     modes = [m.strip() for m in mode.split(",") if m.strip()] if mode else []
+    check_writable(out)  # before the model loads
     rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=modes[0] if modes else None,
                       beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
                       lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size)
     try:
-        rec.decode_manifest(manifest, out, modes or None, score=score)
+        rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
     except (DecodeError, ExportError, ManifestError) as e:
         _fail(str(e))
     except OSError as e:
@@ -743,8 +753,10 @@ def transcribe(
 
     Without --out, txt prints the text (one line per input; with several inputs `<input>\\t<text>`) and
     another format prints that format (one input only). Inputs that cannot be read are reported and skipped;
-    the exit code is 1 if any failed."""
+    the exit code is 1 if any failed. An input in which the voice detector finds no speech although it is not
+    silent is decoded whole, in --max-segment pieces, with a warning."""
     import sys
+    import warnings
 
     from asr_transformer.data.audio import AudioError
     from asr_transformer.writers import FORMATS, format_result, write_result
@@ -763,7 +775,7 @@ def transcribe(
                       ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
                       word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1)
-    from asr_transformer.transcribe import ProgressBar
+    from asr_transformer.transcribe import NoSpeechWarning, ProgressBar
 
     speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
     if same_speaker:
@@ -779,8 +791,15 @@ def transcribe(
             source, label, basename = item, item, Path(item).stem or Path(item).name
         bar = ProgressBar(label)
         try:
-            result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker,
-                                    word_timestamps=word_timestamps)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", NoSpeechWarning)
+                result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker,
+                                        word_timestamps=word_timestamps)
+            for w in caught:  # ours as one line naming the input; any other as Python shows it
+                if isinstance(w.message, NoSpeechWarning):
+                    typer.secho(f"warning: {label}: {w.message.detail}", fg="yellow", err=True)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         except AudioError as e:
             detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
             typer.secho(f"error: {label}: {detail}", fg="red", err=True)

@@ -304,52 +304,47 @@ class ExportedRecognizer:
         return getattr(self.tokenizer, "transcript", self.tokenizer.decode)(tokens)
 
     def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
-                        score: bool = True) -> dict:
+                        score: bool = True, skip_bad: bool = False) -> dict:
         """Decode a manifest with each of `modes` (default: the options' mode) and write what
         `Recognizer.decode_manifest` writes (hyp.jsonl, text, rtf.json with "runtime": "onnxruntime", and with
-        `score` the scoring reports). → {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}."""
+        `score` the scoring reports), with its policy for bad utterances (`skip_bad`, `writers.DecodeInputs`).
+        → {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}."""
         import time
 
-        from asr_transformer.data.audio import AudioError, load_utterance
-        from asr_transformer.data.manifest import read_manifest
-        from asr_transformer.writers import write_decoding
+        from asr_transformer.writers import DecodeInputs, write_decoding
 
         modes = list(modes or [self.options.mode])
         for m in modes:
             if m not in EXPORTED_MODES:
                 raise ExportError(f"mode {m}: an export decodes with {', '.join(EXPORTED_MODES)}")
-        utts = read_manifest(manifest)
-        if not utts:
-            raise ExportError(f"{manifest}: no utterances to decode")
+        folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]
+        inputs = DecodeInputs(manifest, folders, skip_bad)
+        utts, rate = inputs.utts, self.config.features.sample_rate
         order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
         size = self.options.batch_size
         results: dict[str, dict[int, Hypothesis]] = {m: {} for m in modes}
         decode_time, feature_time, audio_seconds = dict.fromkeys(modes, 0.0), 0.0, 0.0
         for start in range(0, len(order), size):
-            batch = order[start:start + size]
             t0 = time.perf_counter()
-            feats = []
-            for i in batch:
-                try:
-                    wave = load_utterance(utts[i], self.config.features.sample_rate)
-                except AudioError as e:
-                    raise ExportError(f"{manifest}: utterance '{utts[i].id}': {e}") from None
-                audio_seconds += len(wave) / self.config.features.sample_rate
-                feats.append(self.features(wave))
+            waves = {i: w for i in order[start:start + size] if (w := inputs.load(i, rate)) is not None}
+            if not waves or inputs.stopped:  # refusing: the rest is only read, to list every bad utterance
+                continue
+            audio_seconds += sum(len(w) for w in waves.values()) / rate
+            feats = [self.features(w) for w in waves.values()]
             feature_time += time.perf_counter() - t0
             for m in modes:
                 t0 = time.perf_counter()
-                results[m].update(zip(batch, self.decode_features(feats, replace(self.options, mode=m))))
+                results[m].update(zip(waves, self.decode_features(feats, replace(self.options, mode=m))))
                 decode_time[m] += time.perf_counter() - t0
+        kept = inputs.finish(out)
         summary = {}
         model_mb = round(sum(f.stat().st_size for f in self.path.iterdir() if f.is_file()) / 1e6, 2)
-        for m in modes:
+        for m, folder in zip(modes, folders):
             about = {"mode": m, "device": "cpu", "threads": self.threads, "batch_size": size,
                      "precision": self.precision, "runtime": "onnxruntime", "model": str(self.path),
                      "model_mb": model_mb, "lm": None, "lm_order": None, "word_lm": None, "word_lm_order": None,
                      "word_lm_weight": None, "options": vars(replace(self.options, mode=m))}
-            d = Path(out) if len(modes) == 1 else Path(out) / m
-            summary[m] = write_decoding(d, utts, [[results[m][i]] for i in range(len(utts))], self.text,
+            summary[m] = write_decoding(folder, [utts[i] for i in kept], [[results[m][i]] for i in kept], self.text,
                                         {"audio": audio_seconds, "decode": decode_time[m], "features": feature_time},
                                         about, self.tokenizer.normalizer, score)
             print(f"{m}: RTF {summary[m]['rtf']:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio "

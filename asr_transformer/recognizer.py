@@ -194,42 +194,39 @@ class Recognizer:
     # -------------------------------------------------------------------------------------- manifests
 
     def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
-                        score: bool = True) -> dict:
+                        score: bool = True, skip_bad: bool = False) -> dict:
         """Decode every utterance of a manifest with each of `modes` (default: the options' mode).
 
         Writes, into `out` (one mode) or `out/<mode>/` (several): `hyp.jsonl` ({"id", "text", "ref", "tokens",
         "score"}, and "nbest" when options.nbest > 1), a Kaldi-style `text` file (`<id> <hyp>`, sorted by id),
         `rtf.json` (decode wall time of the batches — encoder and search, features excluded — audio seconds,
         RTF; feature time apart; precision, options and LMs), and with `score`, `result.txt`/`alignments.txt`/
-        `result.json` (asr_transformer.scoring).
+        `result.json` (asr_transformer.scoring), all at the end.
+        Before decoding, every line and audio header is checked (`writers.DecodeInputs`): a bad utterance, or one
+        whose samples turn out unreadable, stops it with ManifestError before anything is written, or with
+        `skip_bad` is left out and listed in `out/skipped.jsonl`.
         Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
         """
         from asr_transformer.data.features import speaker_means
-        from asr_transformer.data.manifest import read_manifest
+        from asr_transformer.writers import DecodeInputs
 
         modes = check_modes(modes or [self.options.mode])
-        utts = read_manifest(manifest)
-        if not utts:
-            raise DecodeError(f"{manifest}: no utterances to decode")
+        folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]
+        inputs = DecodeInputs(manifest, folders, skip_bad)
+        utts, rate = inputs.utts, self.config.features.sample_rate
         order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
         size = self.options.batch_size
         batches = [order[i:i + size] for i in range(0, len(order), size)]
 
-        def features(i: int) -> tuple[torch.Tensor, float]:
-            """Utterance i's log-mel (T, F) and its audio seconds."""
-            from asr_transformer.data.audio import AudioError, load_utterance
-
-            u = utts[i]
-            try:
-                wave = load_utterance(u, self.config.features.sample_rate)
-            except AudioError as e:
-                raise DecodeError(f"{manifest}: utterance '{u.id}': {e}") from None
-            return self.features(wave), len(wave) / self.config.features.sample_rate
+        def speaker_feats(i: int) -> torch.Tensor:
+            """Utterance i's log-mel (T, F); none (0, F) when its audio cannot be read."""
+            wave = inputs.load(i, rate)
+            return torch.zeros(0, self.config.features.num_mel_bins) if wave is None else self.features(wave)
 
         t0 = time.perf_counter()
         means = None  # model.speaker_cmn: a first pass over the audio for each speaker's mean (no transcripts used)
         if self.config.model.speaker_cmn:
-            means = speaker_means([u.speaker for u in utts], lambda i: features(i)[0])
+            means = speaker_means([u.speaker for u in utts], speaker_feats)
         results: dict[str, dict[int, list[Hypothesis]]] = {m: {} for m in modes}
         decode_time = dict.fromkeys(modes, 0.0)
         feature_time, audio_seconds = time.perf_counter() - t0, 0.0
@@ -237,8 +234,13 @@ class Recognizer:
             task = bar.add_task(f"decode {','.join(modes)}", total=len(utts))
             for batch in batches:
                 t0 = time.perf_counter()
-                feats, seconds = zip(*(features(i) for i in batch))
-                audio_seconds += sum(seconds)
+                waves = {i: w for i in batch if (w := inputs.load(i, rate)) is not None}
+                bar.advance(task, len(batch))
+                if not waves or inputs.stopped:  # refusing: the rest is only read, to list every bad utterance
+                    continue
+                batch = list(waves)
+                feats = [self.features(w) for w in waves.values()]
+                audio_seconds += sum(len(w) for w in waves.values()) / rate
                 lens = torch.tensor([f.size(0) for f in feats])
                 padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
                 speaker_mean = None if means is None else torch.stack([means[i] for i in batch]).to(self.device)
@@ -250,12 +252,12 @@ class Recognizer:
                     self._synchronize()
                     decode_time[m] += time.perf_counter() - t0
                     results[m].update(zip(batch, hyps))
-                bar.advance(task, len(batch))
 
+        kept = inputs.finish(out)
         summary = {}
-        for m in modes:
-            d = Path(out) if len(modes) == 1 else Path(out) / m
-            summary[m] = write_decoding(d, utts, [results[m][i] for i in range(len(utts))], lambda t: self.text(t, m),
+        for m, folder in zip(modes, folders):
+            summary[m] = write_decoding(folder, [utts[i] for i in kept], [results[m][i] for i in kept],
+                                        lambda t: self.text(t, m),
                                         {"audio": audio_seconds, "decode": decode_time[m], "features": feature_time},
                                         self._about(m), self.tokenizer.normalizer, score)
             print(f"{m}: RTF {summary[m]['rtf']:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio "

@@ -7,7 +7,8 @@ Read top to bottom:
    of a few seconds with ``soundfile.SoundFile``, mixes to mono and resamples each block to 16 kHz.
    Blocks are resampled with enough context on both sides (aligned to the resampling period) that the
    result equals resampling the whole file at once; nothing longer than one block is ever read.
-2. `Segmenter` splits the stream at silences. Each 10 ms frame gets an energy in dB; a frame is speech
+2. `Segmenter` splits the stream at silences. Each 10 ms frame gets an energy in dB (of the frame less its
+   mean: a DC offset is no sound, and would otherwise raise the noise floor above the speech); a frame is speech
    when its energy is above ``max(peak − 40 dB, noise + 10 dB, −70 dBFS)``. `peak` is a running maximum
    (decaying 1 dB/s, updated with each ~5 s block before its frames are classified, so a block looks
    ahead at itself); `noise` a running noise floor (the 10th percentile of each block's frame energies,
@@ -25,7 +26,9 @@ Read top to bottom:
    (recognizer.py), keeping at most one batch of segment audio (plus the segmenter's buffer of
    ≤ max_segment + one block) in memory, so a 30-minute file needs no more memory than a 30-second one.
    With `word_timestamps`, each segment's hypothesis is also aligned to its CTC log-probs (decode/align.py)
-   to time its words.
+   to time its words. A file in which the detector finds no speech although it is not silent (a frame above
+   −70 dBFS) is decoded whole, in consecutive pieces of `max_segment` (`pieces`), with a `NoSpeechWarning`:
+   the detector never silently turns sound into an empty transcript.
 4. `ProgressBar` shows how far a long file is; `asr transcribe` (cli.py) uses it.
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Union
@@ -50,6 +54,14 @@ FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
 BLOCK_SECONDS = 5.0  # audio read (and resampled) at once
 MIN_DECODE = int(0.1 * SAMPLE_RATE)  # segments shorter than this are zero-padded for the encoder
 PROGRESS_MIN_SECONDS = 60.0  # files at least this long get a progress bar
+
+
+class NoSpeechWarning(UserWarning):
+    """The voice detector found no speech in audio that is not silent, so all of it was decoded, in pieces."""
+
+    def __init__(self, source: str, detail: str):
+        super().__init__(f"{source}: {detail}")
+        self.source, self.detail = source, detail
 
 
 # ------------------------------------------------------------------------------------------- reading
@@ -201,6 +213,7 @@ class Segmenter:
         self.peak_decay_db, self.noise_rise_db = peak_decay_db, noise_rise_db
         self.min_snr_db, self.stationary_db = min_snr_db, stationary_db
         self.peak = -math.inf
+        self.loudest = -math.inf  # the loudest frame so far (dB): above floor_db, the audio is not silent
         self.noise = math.inf
         self.samples = 0  # samples pushed so far
         self.audio = np.zeros(0, np.float32)  # samples [audio0, self.samples)
@@ -249,8 +262,10 @@ class Segmenter:
         if x.size < hi - lo:
             x = np.concatenate([x, np.zeros(hi - lo - x.size, np.float32)])
         x = x.reshape(-1, FRAME).astype(np.float64)
+        x -= x.mean(axis=1, keepdims=True)  # a DC offset is no speech: it would raise the noise floor over it
         db = (10.0 * np.log10(np.mean(x * x, axis=1) + 1e-12)).astype(np.float32)
         dt = db.size * FRAME / SAMPLE_RATE
+        self.loudest = max(self.loudest, float(db.max()))
         self.peak = max(self.peak - self.peak_decay_db * dt, float(db.max()))
         low, high = (float(v) for v in np.percentile(db, [10, 90]))
         self.noise = low if not math.isfinite(self.noise) else min(self.noise + self.noise_rise_db * dt, low)
@@ -336,6 +351,26 @@ def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_op
     yield from seg.finish()
 
 
+def pieces(source: AudioSource, max_segment: float = 20.0) -> Iterator[Segment]:
+    """Stream `source` and yield all of it as consecutive segments of `max_segment` seconds (the last one
+    shorter), without looking for speech: what `transcribe` decodes when the detector finds none."""
+    size = max(1, int(round(max_segment * SAMPLE_RATE)))
+    buffer, start = np.zeros(0, np.float32), 0
+    for block in stream_audio(source):
+        buffer = np.concatenate([buffer, block])
+        while buffer.size >= size:
+            yield _piece(buffer[:size], start)
+            buffer, start = buffer[size:], start + size
+    if buffer.size:
+        yield _piece(buffer, start)
+
+
+def _piece(audio: np.ndarray, start: int) -> Segment:
+    """The samples `audio`, which start at sample `start` of the file, as a Segment."""
+    return Segment(start=start / SAMPLE_RATE, end=(start + audio.size) / SAMPLE_RATE, audio=audio.copy(),
+                   audio_start=start / SAMPLE_RATE)
+
+
 # --------------------------------------------------------------------------------------- decoding
 
 
@@ -391,7 +426,8 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
     Returns:
         {"text": all segment texts joined by spaces, "segments": [{"start", "end", "text", "score"}],
          "duration": seconds}; times in seconds relative to the file, score = the hypothesis' log-prob
-        score (None when not finite). Segments whose decoded text is empty are left out. With
+        score (None when not finite). Segments whose decoded text is empty are left out. Audio in which the
+        detector finds no speech although it is not silent is all decoded, in `pieces`, with a NoSpeechWarning. With
         `word_timestamps` each segment also has "words": [{"word", "start", "end", "probability"}] (whisper's
         layout; probability: the mean CTC posterior of the word's tokens on their frames).
     Raises:
@@ -429,6 +465,18 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
     for i in range(0, len(pending), batch_size):
         decode(pending[i:i + batch_size])
     duration = segmenter.samples / SAMPLE_RATE
+    if not decoded and segmenter.loudest > segmenter.floor_db:  # sound, but no speech found: decode all of it
+        warnings.warn(NoSpeechWarning(_source_name(audio_source), (
+            f"the voice detector found no speech in {duration:.1f} s of audio that is not silent (loudest 10 ms: "
+            f"{segmenter.loudest:.0f} dBFS); decoded all of it, in pieces of {max_segment:g} s")), stacklevel=2)
+        batch = []
+        for piece in pieces(audio_source, max_segment):
+            batch.append(piece)
+            if len(batch) == batch_size:
+                decode(batch)
+                batch = []
+        if batch:
+            decode(batch)
     if progress is not None:
         progress(duration, total if total is not None else duration, decoded)
     return {"text": " ".join(s["text"] for s in results), "segments": results, "duration": duration}

@@ -212,6 +212,19 @@ def test_folder_falls_back_to_text_split(tmp_path, capsys):
     assert [by_text["splits"][k]["utterances"] for k in ("train", "dev", "test")] == [5, 2, 3]
 
 
+def test_folder_skips_a_transcript_that_is_not_utf8(tmp_path, capsys):
+    for i in range(4):
+        tone(tmp_path / "src" / f"{i}.wav", 0.1)
+        text(tmp_path / "src" / f"{i}.txt", f"utt {i}")
+    (tmp_path / "src" / "2.txt").write_bytes("un café noir\n".encode("latin-1"))
+    summary = folder.prepare(tmp_path / "src", tmp_path / "out", split_by="text", dev_fraction=0.34,
+                             test_fraction=0.34)
+    assert summary["skipped"] == {"not_utf8": 1}
+    err = capsys.readouterr().err
+    assert "skipped (not_utf8)" in err and f"{tmp_path / 'src' / '2.txt'}:1: not UTF-8" in err
+    assert sorted(u.id for u in all_utts(manifests(tmp_path / "out"))) == ["0", "1", "3"]
+
+
 def test_one_speaker_never_has_a_sentence_on_both_sides_of_a_split(tmp_path):
     """Repeated takes of a sentence (differing in case and punctuation) all land in one split."""
     for i in range(40):

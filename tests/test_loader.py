@@ -7,11 +7,10 @@ import soundfile as sf
 import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
-from asr_transformer.data.audio import AudioError
 from asr_transformer.data.features import add_noise, fbank, num_frames, speaker_means, speed_perturb
-from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, UtteranceDataset, filter_utterances,
-                                         make_loader, perturbed_frames, round_up, speed_factor, utterance_frames,
-                                         vtlp_warp)
+from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, Unreadable, UtteranceDataset,
+                                         filter_utterances, make_loader, perturbed_frames, round_up, speed_factor,
+                                         utterance_frames, vtlp_warp)
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import train_tokenizer
 
@@ -234,8 +233,8 @@ def test_cached_features_are_computed_once_and_equal_fresh_ones(corpus, tmp_path
         (tmp_path / f"{u.id}.wav").unlink()
     again = [cached[(i, e)][1] for e in range(3) for i in range(len(kept))]
     assert all(torch.equal(a, b) for a, b in zip(first, again))  # SpecAugment masks never land in the cache
-    with pytest.raises(AudioError, match="u0.wav"):
-        fresh[(0, 0)]
+    gone = fresh[(0, 0)]  # not in the cache: the loader leaves it out (test_an_unreadable_utterance_is_left_out...)
+    assert isinstance(gone, Unreadable) and gone.id == "u0" and "u0.wav" in gone.message
     assert len(cached.cache) <= 2 * len(kept)  # one entry per (utterance, speed factor)
 
 
@@ -274,3 +273,59 @@ def test_add_noise_reaches_the_snr(snr):
     noisy = add_noise(wave, snr, torch.Generator().manual_seed(0))
     measured = 10 * torch.log10(wave.pow(2).mean() / (noisy - wave).pow(2).mean())
     assert abs(float(measured) - snr) < 0.1
+
+
+def nan_utterance(tmp_path) -> Utterance:
+    x = np.full(12000, 0.1, np.float32)
+    x[500] = np.nan  # the header is fine: `asr prepare` measures it, the loader finds the NaN
+    sf.write(tmp_path / "nan.wav", x, 16000, subtype="FLOAT")
+    return Utterance("bad", str(tmp_path / "nan.wav"), 0.75, "six", "spk")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_unreadable_utterance_is_left_out_with_one_warning(corpus, tmp_path, capsys, workers):
+    from asr_transformer.data import loader
+
+    utts, tok = corpus
+    loader._warned.clear()
+    kept, ids, _ = filter_utterances(utts[:4] + [nan_utterance(tmp_path)], tok, DataConfig(), FeatureConfig(), 4)
+    assert [u.id for u in kept] == ["u0", "u1", "u2", "u3", "bad"]
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), AugmentConfig(speed_factors=[1.0]), seed=1,
+                          speaker_cmn=True)
+    for max_batch in (8, 1):  # with the others, and alone in its batch
+        sampler = FrameBatchSampler(utterance_frames(kept, FeatureConfig()), 4000, max_batch, seed=1)
+        batches = make_loader(ds, sampler, num_workers=workers)
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            seen = [i for batch in batches for i in batch.ids]
+            assert sorted(seen) == ["u0", "u1", "u2", "u3"] and batches.skipped == 1
+    err = capsys.readouterr().err.splitlines()
+    warnings = [line for line in err if "'bad'" in line]
+    assert warnings == [f"warning: utterance 'bad' left out: {tmp_path / 'nan.wav'}: audio contains NaN or infinite "
+                        f"samples; fix the file or remove the utterance from the manifest"]  # once, whatever read it
+    assert err.count("warning: 1 utterance(s) with unreadable audio left out of this pass over the data") == 4
+
+
+def test_training_goes_on_past_an_unreadable_utterance(tone_corpus, tmp_path, capsys):
+    """One NaN WAV among the training utterances: a tiny model trains its epoch on the others, with a warning."""
+    import shutil
+
+    from asr_transformer.config import load_config
+    from asr_transformer.data.manifest import read_manifest, write_manifest
+    from asr_transformer.train.trainer import compute_cmvn, train
+
+    for name in ("dev.jsonl", "tokenizer"):
+        (shutil.copytree if name == "tokenizer" else shutil.copy)(tone_corpus / name, tmp_path / name)
+    good = read_manifest(tone_corpus / "train.jsonl")[:12]
+    write_manifest(tmp_path / "good.jsonl", good)
+    write_manifest(tmp_path / "train.jsonl", good[:6] + [nan_utterance(tmp_path)] + good[6:])
+    # the CMVN pass leaves the file out too: the statistics are those of the good utterances
+    compute_cmvn(tmp_path / "good.jsonl", tmp_path / "good_cmvn.json")
+    cfg = load_config(None, ["model.preset=tiny", "data.max_frames=1500", "data.max_batch=4", "train.max_epochs=1",
+                             "train.warmup_steps=2"])
+    state = train(cfg, tmp_path / "train.jsonl", tmp_path / "dev.jsonl", tmp_path / "tokenizer", tmp_path / "exp",
+                  device="cpu", threads=1)
+    assert state.epoch == 1 and state.step >= 3
+    err = capsys.readouterr().err
+    assert err.count("warning: utterance 'bad' left out:") == 1 and "nan.wav" in err
+    assert (tmp_path / "exp" / "cmvn.json").read_text() == (tmp_path / "good_cmvn.json").read_text()

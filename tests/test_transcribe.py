@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from asr_transformer.model.asr import ASRModel
 from asr_transformer.model.tokens import BLANK, EOS
 from asr_transformer.package import load_package, save_package
 from asr_transformer.recognizer import Recognizer
-from asr_transformer.transcribe import Segmenter, iter_segments, stream_audio
+from asr_transformer.transcribe import NoSpeechWarning, Segmenter, iter_segments, stream_audio
 from tests.conftest import ALPHABET, speak
 
 SR = 16000
@@ -202,8 +203,38 @@ def test_speaker_cmn_model_normalizes_by_the_files_running_mean(package, monkeyp
 
 
 def test_transcribe_silence_gives_empty_result(package):
-    result = ctc_recognizer(package).transcribe(np.zeros(3 * SR, np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoSpeechWarning)  # silence is no reason to decode anything
+        result = ctc_recognizer(package).transcribe(np.zeros(3 * SR, np.float32))
     assert result == {"text": "", "segments": [], "duration": 3.0}
+
+
+def test_dc_offset_does_not_change_the_segments():
+    x, truth = tones_with_silences([1.0, 2.5, 0.4, 3.0, 1.5])
+    reference = [(s.start, s.end) for s in iter_segments(x)]
+    assert len(reference) == len(truth)
+    for dc in (0.05, 0.2, 0.5, -0.5):
+        assert [(s.start, s.end) for s in iter_segments(np.clip(x + dc, -1.0, 1.0))] == reference, dc
+
+
+def test_sound_without_detected_speech_is_decoded_whole_with_a_warning(package):
+    """A steady tone is no speech to the detector (no dynamics): rather than an empty transcript, all of it is
+    decoded, in pieces of max_segment."""
+    x = tone(25.0)
+    assert list(iter_segments(x, max_segment=10.0)) == []
+    with pytest.warns(NoSpeechWarning, match="<array>: the voice detector found no speech in 25.0 s"):
+        result = ctc_recognizer(package).transcribe(x, max_segment=10.0)
+    assert [(s["start"], s["end"], s["text"]) for s in result["segments"]] == [(0.0, 10.0, "a"), (10.0, 20.0, "a"),
+                                                                               (20.0, 25.0, "a")]
+
+
+def test_cli_warns_when_it_decodes_a_file_without_detected_speech(package, tmp_path):
+    wav = write_wav(tmp_path / "hum.wav", tone(3.0))
+    result = _run([wav, "-m", package, "--mode", "ctc", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "a"
+    assert result.stderr.strip() == (f"warning: {wav}: the voice detector found no speech in 3.0 s of audio that is "
+                                     f"not silent (loudest 10 ms: -13 dBFS); decoded all of it, in pieces of 20 s")
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -422,6 +453,22 @@ def test_word_timestamps_on_concatenated_recordings(tone_model):
     assert max(errors) <= 0.1, list(zip(words, truth))
     starts = [w["start"] for w in words]
     assert starts == sorted(starts)
+
+
+def test_dc_offset_does_not_change_the_transcript(tone_model):
+    """Speech recorded with a DC offset (clipped at ±1) is found and transcribed as without it; before the
+    detector removed each frame's mean, an offset of 0.05 or more left no speech at all."""
+    x, truth = concatenated_recordings(GAPS[:3])
+    rec = Recognizer(tone_model, device="cpu", threads=1, mode="ctc")
+    reference = rec.transcribe(x)
+    assert len(reference["text"].split()) == len(truth)
+    for dc in (0.05, 0.2, 0.5):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NoSpeechWarning)  # found by the detector, not by the fallback
+            result = rec.transcribe(np.clip(x + dc, -1.0, 1.0))
+        assert result["text"] == reference["text"], dc
+        assert [(s["start"], s["end"]) for s in result["segments"]] == \
+            [(s["start"], s["end"]) for s in reference["segments"]]
 
 
 def test_cli_word_timestamps_in_every_format(tone_model, tmp_path):

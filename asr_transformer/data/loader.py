@@ -7,18 +7,23 @@ built from length-sorted utterances (bucketing) and shuffled per epoch from a se
 randomness depends only on (seed, epoch, utterance), so results do not depend on worker count
 or on where a resumed run restarts; the speed factor too, so the sampler batches each utterance
 by the length it will have in that epoch.
+
+An utterance whose audio cannot be read (say a WAV holding NaN samples, found only when read) does not stop a
+run: it is left out of its batch with a warning naming it, once, and each pass over the data ends with how many
+were left out (`SkippingLoader`).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
-from asr_transformer.data.audio import load_utterance
+from asr_transformer.data.audio import AudioError, load_utterance
 from asr_transformer.data.features import (add_noise, fbank, num_frames, random_equalizer, spec_augment, speaker_means,
                                            speed_perturb)
 from asr_transformer.data.manifest import Utterance
@@ -74,6 +79,25 @@ def perturbed_frames(frames: int, factor: float) -> int:
 
 
 @dataclass
+class Unreadable:
+    """An utterance whose audio cannot be read: what `UtteranceDataset` gives in place of its item."""
+    id: str
+    message: str  # the AudioError's: file and what is wrong
+
+
+_warned: set[tuple[str, str]] = set()  # (id, message) of the unreadable utterances warned about in this process
+
+
+def warn_unreadable(utt_id: str, message: str) -> None:
+    """One line on stderr, once per utterance and process, for an utterance left out because its audio cannot be
+    read."""
+    if (utt_id, message) not in _warned:
+        _warned.add((utt_id, message))
+        print(f"warning: utterance '{utt_id}' left out: {message}; fix the file or remove the utterance from the "
+              f"manifest", file=sys.stderr, flush=True)
+
+
+@dataclass
 class Batch:
     ids: list[str]
     feats: torch.Tensor  # (B, T, F) float32, zero padded
@@ -82,11 +106,12 @@ class Batch:
     token_lens: torch.Tensor  # (B,) int64
     texts: list[str]  # normalized references
     speaker_mean: torch.Tensor | None = None  # (B, F) float32: each utterance's speaker's mean log-mel (speaker_cmn)
+    unreadable: list[Unreadable] = field(default_factory=list)  # the sampler's utterances left out of this batch
 
     def to(self, device) -> "Batch":
         mean = None if self.speaker_mean is None else self.speaker_mean.to(device)
         return Batch(self.ids, self.feats.to(device), self.feat_lens.to(device), self.tokens.to(device),
-                     self.token_lens.to(device), self.texts, mean)
+                     self.token_lens.to(device), self.texts, mean, self.unreadable)
 
     @property
     def frames(self) -> int:
@@ -172,7 +197,8 @@ class UtteranceDataset(torch.utils.data.Dataset):
         if augment is not None and not (0.0 <= augment.eq_prob <= 1.0 and augment.eq_db >= 0.0):
             raise ValueError(f"augment.eq_prob must be in [0, 1] and augment.eq_db ≥ 0, got {augment.eq_prob} and "
                              f"{augment.eq_db}")
-        self.speaker_mean = (speaker_means([u.speaker for u in utterances], self.feats) if speaker_cmn else None)
+        self.speaker_mean = (speaker_means([u.speaker for u in utterances], self._clean_feats) if speaker_cmn
+                             else None)
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -202,6 +228,15 @@ class UtteranceDataset(torch.utils.data.Dataset):
             self.cache[key] = feats
         return feats
 
+    def _clean_feats(self, index: int) -> torch.Tensor:
+        """`feats(index)`, or no frames (0, F) when the audio cannot be read (warned about: its speaker's mean
+        leaves it out)."""
+        try:
+            return self.feats(index)
+        except AudioError as e:
+            warn_unreadable(self.utterances[index].id, str(e))
+            return torch.zeros(0, self.features.num_mel_bins)
+
     def noise_snr(self, epoch: int, index: int) -> float | None:
         """The SNR (dB) of the white noise utterance `index` gets in `epoch`, or None for none; a pure function of
         (seed, epoch, index), drawn apart from SpecAugment's generator (its masks do not change)."""
@@ -214,7 +249,14 @@ class UtteranceDataset(torch.utils.data.Dataset):
         return draw.uniform(low, high)
 
     def __getitem__(self, key: tuple[int, int]):
+        """The item (see the class docstring), or `Unreadable` when the utterance's audio cannot be read."""
         index, epoch = key
+        try:
+            return self._item(index, epoch)
+        except AudioError as e:
+            return Unreadable(self.utterances[index].id, str(e))
+
+    def _item(self, index: int, epoch: int):
         mean = None if self.speaker_mean is None else self.speaker_mean[index]
         if self.augment is None:
             feats = self.feats(index)
@@ -235,7 +277,13 @@ class UtteranceDataset(torch.utils.data.Dataset):
         return utt.id, feats, self.token_ids[index], self.tokenizer.normalize(utt.text), mean
 
 
-def collate(items) -> Batch:
+def collate(items) -> Batch | list[Unreadable]:
+    """Dataset items → a padded Batch; the `Unreadable` among them go to its `unreadable` (all of them, as a list,
+    when no item is left)."""
+    unreadable = [x for x in items if isinstance(x, Unreadable)]
+    items = [x for x in items if not isinstance(x, Unreadable)]
+    if not items:
+        return unreadable
     ids, feats, tokens, texts, means = zip(*items)
     feat_lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.long)
     token_lens = torch.tensor([len(t) for t in tokens], dtype=torch.long)
@@ -246,7 +294,7 @@ def collate(items) -> Batch:
     for i, t in enumerate(tokens):
         targets[i, : len(t)] = torch.tensor(t, dtype=torch.long)
     speaker_mean = None if means[0] is None else torch.stack(means)
-    return Batch(list(ids), padded, feat_lens, targets, token_lens, list(texts), speaker_mean)
+    return Batch(list(ids), padded, feat_lens, targets, token_lens, list(texts), speaker_mean, unreadable)
 
 
 class FrameBatchSampler(torch.utils.data.Sampler):
@@ -322,14 +370,40 @@ class FrameBatchSampler(torch.utils.data.Sampler):
             yield [(i, self.epoch) for i in batch]
 
 
-def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0):
+def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0) -> "SkippingLoader":
     # A private generator: creating an iterator must not draw from the global RNG, or a resumed
     # run (which creates one mid-epoch) would see different dropout masks than an uninterrupted one.
-    return torch.utils.data.DataLoader(
+    return SkippingLoader(torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
         worker_init_fn=_single_thread if num_workers else None, persistent_workers=False,
         generator=torch.Generator(),
-    )
+    ))
+
+
+class SkippingLoader:
+    """A DataLoader's batches without the utterances whose audio cannot be read: each is warned about once (in
+    this process, whichever worker read it), a batch of nothing else is left out, and a pass over the data that
+    left any out ends with their count on stderr; `skipped` holds the count of the last (or current) pass."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader):
+        self.loader = loader
+        self.skipped = 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        self.skipped = 0
+        for batch in self.loader:
+            unreadable = batch if isinstance(batch, list) else batch.unreadable
+            for u in unreadable:
+                warn_unreadable(u.id, u.message)
+            self.skipped += len(unreadable)
+            if isinstance(batch, Batch):
+                yield batch
+        if self.skipped:
+            print(f"warning: {self.skipped} utterance(s) with unreadable audio left out of this pass over the data",
+                  file=sys.stderr, flush=True)
 
 
 def _single_thread(_worker_id: int) -> None:

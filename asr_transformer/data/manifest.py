@@ -8,7 +8,8 @@ an utterance record::
 
 ``offset`` (seconds into ``audio``) is present only for segments of longer files; ``duration``
 is then the segment's length. Reading validates every record and names file, line and field of
-the first bad one.
+the first bad one; `read_manifest(path, errors=[])` collects every bad line instead, and
+`check_manifest` also reads each utterance's audio header (what `asr decode` checks before decoding).
 
 NeMo's manifests are read too: a line with ``audio_filepath``, ``duration`` and ``text`` (optional
 ``offset``, ``speaker`` or ``spk``, ``id``) is taken as the record of those fields. A relative
@@ -22,6 +23,7 @@ lines (with ``id``, which NeMo ignores) and no header.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -39,6 +41,10 @@ UNKNOWN_SPEAKER = "unknown"  # an utterance without a speaker label
 
 class ManifestError(UserError, ValueError):
     """A manifest line that cannot be used; the message names file, line and field."""
+
+
+class ManifestVersionError(ManifestError):
+    """A manifest written by a newer toolkit: none of its lines can be trusted."""
 
 
 @dataclass
@@ -84,8 +90,8 @@ def _parse(record: object, where: str) -> Utterance:
             raise ManifestError(f"{where}: field '{field}' has type {type(record[field]).__name__}")
     if not record["id"]:
         raise ManifestError(f"{where}: field 'id' is empty")
-    if not record["duration"] > 0:
-        raise ManifestError(f"{where}: field 'duration' must be > 0, got {record['duration']}")
+    if not 0 < record["duration"] < math.inf:
+        raise ManifestError(f"{where}: field 'duration' must be a number > 0, got {record['duration']}")
     if record.get("offset") is not None and record["offset"] < 0:
         raise ManifestError(f"{where}: field 'offset' must be >= 0, got {record['offset']}")
     return Utterance(
@@ -128,39 +134,98 @@ def _id_from_file(record: dict, seen: dict[str, int]) -> str:
     return candidate
 
 
-def read_manifest(path: str | os.PathLike) -> list[Utterance]:
-    """Read and validate a manifest; raise ManifestError naming file, line and field."""
+def read_manifest(path: str | os.PathLike, errors: list[str] | None = None) -> list[Utterance]:
+    """Read and validate a manifest; raise ManifestError naming file, line and field.
+
+    With `errors` (a list), a bad line does not stop the reading: its message is appended there, the line is
+    left out, and the good lines are returned. A missing file or a newer format version still raises.
+    """
     path = Path(path)
     if not path.exists():
         raise ManifestError(f"{path}: manifest not found")
     utterances: list[Utterance] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ManifestError(f"{where}: not valid JSON ({e.msg})") from None
-            if isinstance(record, dict) and record.get("format") == FORMAT:
-                if record.get("version", 0) > VERSION:
-                    raise ManifestError(
-                        f"{where}: manifest version {record.get('version')} is newer than this "
-                        f"toolkit reads ({VERSION}); upgrade asr-transformer"
-                    )
+                utt = _read_line(raw, f"{path}:{lineno}", path.parent, seen)
+            except ManifestVersionError:
+                raise
+            except ManifestError as e:
+                if errors is None:
+                    raise
+                errors.append(str(e))
                 continue
-            if isinstance(record, dict) and "audio_filepath" in record and "audio" not in record:
-                record = _from_nemo(record, where, path.parent)
-                if "id" not in record:
-                    record["id"] = _id_from_file(record, seen)
-            utt = _parse(record, where)
-            if utt.id in seen:
-                raise ManifestError(f"{where}: field 'id': duplicate id '{utt.id}' (first on line {seen[utt.id]})")
-            seen[utt.id] = lineno
-            utterances.append(utt)
+            if utt is not None:
+                seen[utt.id] = lineno
+                utterances.append(utt)
     return utterances
+
+
+def _read_line(raw: bytes, where: str, folder: Path, seen: dict[str, int]) -> Utterance | None:
+    """One line of a manifest → its Utterance, or None for a blank line or the header; ManifestError if bad."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{where}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                            f"convert the manifest to UTF-8") from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"{where}: not valid JSON ({e.msg})") from None
+    if isinstance(record, dict) and record.get("format") == FORMAT:
+        if record.get("version", 0) > VERSION:
+            raise ManifestVersionError(
+                f"{where}: manifest version {record.get('version')} is newer than this "
+                f"toolkit reads ({VERSION}); upgrade asr-transformer"
+            )
+        return None
+    if isinstance(record, dict) and "audio_filepath" in record and "audio" not in record:
+        record = _from_nemo(record, where, folder)
+        if "id" not in record:
+            record["id"] = _id_from_file(record, seen)
+    utt = _parse(record, where)
+    if utt.id in seen:
+        raise ManifestError(f"{where}: field 'id': duplicate id '{utt.id}' (first on line {seen[utt.id]})")
+    return utt
+
+
+def check_manifest(path: str | os.PathLike) -> tuple[list[Utterance], list[dict]]:
+    """Every line of a manifest parsed and every utterance's audio header read (no samples): → (the usable
+    utterances, one record per unusable line: {"id", "audio", "error"}, id and audio None for a line that does
+    not parse, error a line naming the manifest's line or the utterance, and what is wrong)."""
+    from asr_transformer.data.audio import AudioError, audio_info
+
+    errors: list[str] = []
+    utterances = read_manifest(path, errors)
+    bad = [{"id": None, "audio": None, "error": e} for e in errors]
+    headers: dict[str, float | AudioError] = {}  # each file's duration or error, read once
+    good = []
+    for utt in utterances:
+        if utt.audio not in headers:
+            try:
+                headers[utt.audio] = audio_info(utt.audio)[0]
+            except AudioError as e:
+                headers[utt.audio] = e
+        problem = _audio_problem(utt, headers[utt.audio])
+        if problem:
+            bad.append({"id": utt.id, "audio": utt.audio, "error": f"{path}: utterance '{utt.id}': {problem}"})
+        else:
+            good.append(utt)
+    return good, bad
+
+
+def _audio_problem(utt: Utterance, header) -> str:
+    """What makes `utt`'s audio unusable, given its file's duration (or AudioError); "" when nothing does."""
+    if not Path(utt.audio).is_file():
+        return f"{utt.audio}: audio file not found"
+    if not isinstance(header, float):
+        return str(header)
+    if utt.offset is not None and utt.offset >= header:
+        return f"{utt.audio}: offset {utt.offset:g} s is past the end of the audio ({header:.2f} s)"
+    return ""
 
 
 def write_manifest(path: str | os.PathLike, utterances: Iterable[Utterance], fmt: str = "jsonl") -> int:

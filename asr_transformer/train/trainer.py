@@ -67,15 +67,22 @@ class Progress:
 
 
 def compute_cmvn(manifest, out, features=None) -> int:
-    """Global CMVN over `manifest` in one streaming pass; writes `out`, returns the frame count."""
+    """Global CMVN over `manifest` in one streaming pass; writes `out`, returns the frame count. An utterance
+    whose audio cannot be read is left out with a warning, as training leaves it out."""
     from rich.progress import track
 
     from asr_transformer.config import FeatureConfig
+    from asr_transformer.data.audio import AudioError
+    from asr_transformer.data.loader import warn_unreadable
 
     features = features or FeatureConfig()
     acc = CMVNAccumulator(features.num_mel_bins)
     for utt in track(read_manifest(manifest), description="CMVN statistics", transient=True):
-        wave = load_utterance(utt, features.sample_rate)
+        try:
+            wave = load_utterance(utt, features.sample_rate)
+        except AudioError as e:
+            warn_unreadable(utt.id, str(e))
+            continue
         acc.add(fbank(torch.from_numpy(wave), features))
     mean, std = acc.stats()
     save_cmvn(out, mean, std, acc.frames)

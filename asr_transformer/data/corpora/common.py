@@ -128,12 +128,17 @@ def read_transcript(path: str | os.PathLike) -> str:
 
 
 def sidecar_transcript(audio: Path, skipped: Counter) -> str | None:
-    """The text of the same-name ``.txt`` beside `audio`; None (skipped and counted) when absent or empty."""
+    """The text of the same-name ``.txt`` beside `audio`; None (skipped and counted) when absent, empty or not
+    UTF-8 (kind "not_utf8": guessing another encoding could put wrong words into the corpus unseen)."""
     transcript = audio.with_suffix(".txt")
     if not transcript.is_file():
         skip(skipped, "no_transcript", f"{audio}: no transcript {transcript.name} beside it")
         return None
-    text = read_transcript(transcript)
+    try:
+        text = read_transcript(transcript)
+    except CorpusError as e:  # read_lines' only error: not UTF-8 (its message names file and line)
+        skip(skipped, "not_utf8", str(e))
+        return None
     if not text:
         skip(skipped, "empty_transcript", f"{transcript}: transcript is empty")
         return None

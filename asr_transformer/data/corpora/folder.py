@@ -46,7 +46,8 @@ def prepare(
     `split_by="speaker"` keeps each speaker in one split (fractions count speakers) and falls back to "text"
     with a warning when there are too few speakers (one speaker: a folder without sub-folders); `"text"` keeps
     each sentence in one split (fractions count distinct sentences), so a repeated take is never tested on.
-    Audio without a transcript, or with an empty one, is skipped and counted.
+    Audio without a transcript, or with an empty one or one that is not UTF-8 text, is skipped and counted
+    (`skipped: not_utf8=1`, with a line naming the file).
     """
     source_dir = Path(source_dir)
     if not source_dir.is_dir():
