@@ -45,7 +45,7 @@ from typing import Callable, Iterator, Union
 import numpy as np
 import soundfile as sf
 
-from asr_transformer.data.audio import SAMPLE_RATE, AudioError, resample
+from asr_transformer.data.audio import SAMPLE_RATE, AudioError, check_complete, check_range, resample
 
 AudioSource = Union[str, os.PathLike, bytes, bytearray, np.ndarray]
 ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done, total seconds or None, segments)
@@ -118,7 +118,7 @@ def stream_audio(source: AudioSource, block_seconds: float = BLOCK_SECONDS) -> I
 
     `source`: a path, the bytes of an audio file, or a 1-D float array already at 16 kHz. Only one
     block (plus resampling context) is in memory at a time. Raises AudioError naming the source when it
-    cannot be read, holds no samples, or holds NaN/inf.
+    cannot be read, holds no samples, NaN/inf or samples far out of -1..1, or is a truncated WAV.
     """
     name = _source_name(source)
     if isinstance(source, np.ndarray):
@@ -131,12 +131,15 @@ def stream_audio(source: AudioSource, block_seconds: float = BLOCK_SECONDS) -> I
             block = np.asarray(source[i:i + n], dtype=np.float32)
             if not np.isfinite(block).all():
                 raise AudioError(name, "nonfinite", "audio contains NaN or infinite samples")
+            check_range(block, name)
             yield block
         return
 
     f = _open(source, name)
     with f:
         rate = f.samplerate
+        if not isinstance(source, np.ndarray):
+            check_complete(source, name, f.frames, rate)  # as load_audio: a truncated WAV is refused
 
         def read(frames: int) -> np.ndarray:
             try:
@@ -146,6 +149,7 @@ def stream_audio(source: AudioSource, block_seconds: float = BLOCK_SECONDS) -> I
             mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
             if not np.isfinite(mono).all():
                 raise AudioError(name, "nonfinite", "audio contains NaN or infinite samples")
+            check_range(mono, name)
             return np.ascontiguousarray(mono, dtype=np.float32)
 
         if rate == SAMPLE_RATE:

@@ -20,7 +20,7 @@ import soundfile as sf
 import torch
 
 from asr_transformer.config import Config, apply_preset
-from asr_transformer.data.audio import load_audio, resample
+from asr_transformer.data.audio import AudioError, load_audio, resample
 from asr_transformer.data.tokenizer import train_tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.model.tokens import BLANK, EOS
@@ -621,3 +621,36 @@ def test_thirty_minute_file_in_bounded_memory(package, tmp_path):
     # the process-wide peak (torch included) is set by the 1-minute warm-up: 30 minutes need no more, and
     # far less than one float32 copy of the file (115 MB) would
     assert peak_growth < 40e6
+
+
+@pytest.mark.parametrize("rate", [8000, 11025, 22050, 22051, 44100, 48000, 96000, 7919])
+def test_a_recording_at_any_sample_rate_transcribes_as_at_16_khz(tone_model, tmp_path, rate):
+    """The same speech stored at common and odd sample rates gives the letters of the 16 kHz file (odd rates
+    resample in bounded memory, data/audio.py). Letters, not words: this toy model hears its word breaks partly
+    in the noise floor above 4 kHz, which a telephone-band file does not hold."""
+    x, truth = concatenated_recordings(GAPS[:3])
+    rec = Recognizer(tone_model, device="cpu", threads=1, mode="ctc")
+    reference = rec.transcribe(write_wav(tmp_path / "16k.wav", x))["text"]
+    assert len(reference.split()) == len(truth)
+    stored = write_wav(tmp_path / f"{rate}.wav", np.clip(resample(x, SR, rate), -1.0, 1.0), rate)
+    text = rec.transcribe(stored)["text"]
+    assert text.replace(" ", "") == reference.replace(" ", "")
+    if rate > 2 * 4000 * 1.2:  # all of the noise floor too: the same words
+        assert text == reference
+
+
+def test_transcribe_refuses_a_truncated_wav_and_samples_out_of_range(package, tmp_path):
+    """The streaming reader of `asr transcribe` checks what load_audio checks: one error, never a silent result."""
+    full = tmp_path / "full.wav"
+    sf.write(full, 0.3 * np.sin(np.arange(3 * SR) / SR * 2 * np.pi * 440).astype(np.float32), SR, subtype="PCM_16")
+    data = full.read_bytes()
+    (tmp_path / "cut.wav").write_bytes(data[:len(data) // 3])
+    huge = tmp_path / "huge.wav"
+    sf.write(huge, 1e30 * np.sin(np.arange(SR) / SR * 2 * np.pi * 440), SR, subtype="FLOAT")
+    rec = Recognizer(package, device="cpu", threads=1, mode="ctc")
+    with pytest.raises(AudioError, match=r"cut.wav: truncated: header says 3.00 s, file holds 1.00 s"):
+        rec.transcribe(tmp_path / "cut.wav")
+    with pytest.raises(AudioError, match=r"huge.wav: samples out of range"):
+        rec.transcribe(huge)
+    with pytest.raises(AudioError, match=r"samples out of range"):
+        rec.transcribe(np.full(SR, 1e30, np.float32))
