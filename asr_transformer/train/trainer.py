@@ -526,8 +526,8 @@ def _tensorboard(exp: Path):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except Exception:  # tensorboard is an optional extra
-        print("TensorBoard logging is off: `pip install 'asr-transformer[tensorboard]'` turns it on "
-              f"(then `tensorboard --logdir {exp}`); the curves are in {exp / 'train_log.jsonl'} either way",
+        print("TensorBoard logging is off: `pip install tensorboard` (the project's `.[tensorboard]` extra) turns it "
+              f"on (then `tensorboard --logdir {exp}`); the curves are in {exp / 'train_log.jsonl'} either way",
               file=sys.stderr)
         return None
     return SummaryWriter(str(exp / "tensorboard"))
