@@ -155,3 +155,41 @@ def test_exported_model_follows_the_same_policy(tiny_package, bad_manifest, tmp_
     rec.decode_manifest(bad_manifest, tmp_path / "dec", score=False, skip_bad=True)
     assert hyp_ids(tmp_path / "dec") == ["u0", "u1", "u2", "u3"]
     assert "utterance 'empty'" in (tmp_path / "dec" / "skipped.jsonl").read_text()
+
+
+def bad_audio_files(root) -> dict[str, tuple]:
+    """Audio a user may hand `asr transcribe`, written here: {name: (path, what the one error line says)}."""
+    t = np.arange(16000) / 16000
+    tone = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    sf.write(root / "whole.wav", np.tile(tone, 3), 16000, subtype="PCM_16")
+    data = (root / "whole.wav").read_bytes()
+    (root / "truncated.wav").write_bytes(data[:len(data) // 3])
+    sf.write(root / "huge.wav", tone * 1e30, 16000, subtype="FLOAT")
+    nan_wav(root / "nan.wav")
+    sf.write(root / "empty.wav", np.zeros(0, np.float32), 16000)
+    (root / "text.wav").write_text("not audio at all")
+    (root / "folder.wav").mkdir()
+    return {"truncated": (root / "truncated.wav", "truncated: header says 3.00 s"),
+            "huge": (root / "huge.wav", "samples out of range"),
+            "nan": (root / "nan.wav", "NaN"),
+            "empty": (root / "empty.wav", "no samples"),
+            "not audio": (root / "text.wav", "cannot decode audio"),
+            "a folder": (root / "folder.wav", "directory"),
+            "missing": (root / "missing.wav", "not found")}
+
+
+def test_transcribe_answers_every_bad_audio_file_with_one_line(tiny_package, tmp_path):
+    """Each bad file is one `error: <file>: <what>` line, the good file beside it is still transcribed, and the
+    exit status says that some failed; never a traceback."""
+    cases = bad_audio_files(tmp_path)
+    paths = [str(path) for path, _ in cases.values()]
+    result = CliRunner().invoke(app, ["transcribe", str(tmp_path / "whole.wav"), *paths, "--model",
+                                      str(tiny_package / "model.pt"), "--mode", "ctc", "--threads", "1"])
+    assert isinstance(result.exception, SystemExit) and result.exit_code == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    for name, (path, what) in cases.items():
+        lines = [line for line in errors if line.startswith(f"error: {path}: ")]
+        assert len(lines) == 1 and what in lines[0], (name, errors)
+    assert f"{len(cases)} of {len(cases) + 1} input(s) failed" in result.stderr
+    assert result.stdout.startswith(f"{tmp_path / 'whole.wav'}\t")  # the good file's line
+    assert "Traceback" not in result.output
