@@ -188,17 +188,6 @@ def split_by_group(
     return splits
 
 
-def split_utterances(
-    utterances: list[Utterance],
-    split_by: str = "speaker",
-    dev_fraction: float = 0.1,
-    test_fraction: float = 0.1,
-    seed: int = 0,
-) -> dict[str, list[Utterance]]:
-    """`split_corpus`'s splits, without saying how they were made."""
-    return split_corpus(utterances, split_by, dev_fraction, test_fraction, seed)[0]
-
-
 def split_corpus(
     utterances: list[Utterance],
     split_by: str = "speaker",

@@ -41,7 +41,7 @@ from asr_transformer.data.corpora.common import (
     progress,
     read_lines,
     skip,
-    split_utterances,
+    split_corpus,
     write_splits,
 )
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, Utterance, read_manifest
@@ -250,13 +250,13 @@ def prepare(
         same = dev_dir is not None and Path(test_dir).resolve() == Path(dev_dir).resolve()
         given["test"] = given["dev"] if same else read_dir(test_dir, skipped, out_dir / "audio" / "test", jobs)
     if len(given) == 2:
-        splits = {"train": main}
+        splits, how = {"train": main}, ""
     else:
         dev = 0.0 if "dev" in given else dev_fraction
         test = 0.0 if "test" in given else test_fraction
-        splits = split_utterances(main, split_by, dev, test, seed)
+        splits, how = split_corpus(main, split_by, dev, test, seed)
     splits.update(given)
-    return write_splits(out_dir, splits, skipped, corpus="kaldi", source=Path(kaldi_dir).absolute())
+    return write_splits(out_dir, splits, skipped, corpus="kaldi", source=Path(kaldi_dir).absolute(), split_by=how)
 
 
 # --- export -----------------------------------------------------------------------------------
