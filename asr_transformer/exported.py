@@ -307,11 +307,12 @@ class ExportedRecognizer:
                         score: bool = True, skip_bad: bool = False) -> dict:
         """Decode a manifest with each of `modes` (default: the options' mode) and write what
         `Recognizer.decode_manifest` writes (hyp.jsonl, text, rtf.json with "runtime": "onnxruntime", and with
-        `score` the scoring reports), with its policy for bad utterances (`skip_bad`, `writers.DecodeInputs`).
+        `score` the scoring reports), with its policy for bad utterances (`skip_bad`, `decode_inputs.DecodeInputs`).
         → {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}."""
         import time
 
-        from asr_transformer.writers import DecodeInputs, write_decoding
+        from asr_transformer.decode_inputs import DecodeInputs
+        from asr_transformer.writers import write_decoding
 
         modes = list(modes or [self.options.mode])
         for m in modes:

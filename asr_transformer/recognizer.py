@@ -202,13 +202,13 @@ class Recognizer:
         `rtf.json` (decode wall time of the batches — encoder and search, features excluded — audio seconds,
         RTF; feature time apart; precision, options and LMs), and with `score`, `result.txt`/`alignments.txt`/
         `result.json` (asr_transformer.scoring), all at the end.
-        Before decoding, every line and audio header is checked (`writers.DecodeInputs`): a bad utterance, or one
+        Before decoding, every line and audio header is checked (`decode_inputs.DecodeInputs`): a bad utterance, or one
         whose samples turn out unreadable, stops it with ManifestError before anything is written, or with
         `skip_bad` is left out and listed in `out/skipped.jsonl`.
         Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
         """
         from asr_transformer.data.features import speaker_means
-        from asr_transformer.writers import DecodeInputs
+        from asr_transformer.decode_inputs import DecodeInputs
 
         modes = check_modes(modes or [self.options.mode])
         folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]

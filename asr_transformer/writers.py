@@ -6,15 +6,14 @@ carry ``"words": [{"word", "start", "end", "probability"}]``: json keeps them in
 layout), srt and vtt then give one cue per word and tsv one row per word (Whisper instead keeps a cue per segment
 and can highlight the word being spoken); txt is the same either way.
 
-A decoded manifest (`asr decode`) is written by `write_decoding`; `DecodeInputs` checks a manifest and its output
-folders before decoding and applies the policy for utterances that cannot be decoded (refuse, or skip and list).
+A decoded manifest (`asr decode`) is written by `write_decoding`, into folders `check_writable` checked before the
+decoding (decode_inputs.py checks the manifest and applies the policy for utterances that cannot be decoded).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -192,10 +191,6 @@ def write_decoding(folder: str | os.PathLike, utts, nbests: list, text: Callable
 
 # ------------------------------------------------------------------------------ the inputs of a decoding
 
-MAX_LISTED = 20  # bad utterances listed on stderr before "… and N more"
-SKIPPED = "skipped.jsonl"  # the utterances a decoding with skip_bad left out, in its output folder
-
-
 class OutputError(UserError):
     """An output folder that cannot be written; the message names it and says what to do."""
 
@@ -216,89 +211,3 @@ def check_writable(folder: str | os.PathLike) -> None:
     except OSError as e:
         raise OutputError(f"{folder}: cannot write there ({existing}: {e.strerror}); "
                           f"choose a folder you can write to") from None
-
-
-class DecodeInputs:
-    """The utterances of a manifest to decode, checked before any decoding, and what happens to bad ones.
-
-    On creation the output folders are checked writable and every line of the manifest is parsed and every audio
-    header read (`manifest.check_manifest`); audio found unreadable only when its samples are read (`load`: NaN
-    samples, ...) is a bad utterance too. By default a bad utterance stops the decoding before anything is
-    written: every one is listed on stderr (MAX_LISTED, then a count) and ManifestError raised. With `skip_bad`
-    the others are decoded, and the bad ones listed on stderr and in `<out>/skipped.jsonl` (`finish`).
-    """
-
-    def __init__(self, manifest: str | os.PathLike, folders: list, skip_bad: bool = False):
-        from .data.manifest import ManifestError, check_manifest
-
-        for folder in folders:
-            check_writable(folder)
-        self.manifest, self.skip_bad = manifest, skip_bad
-        self.utts, self.bad = check_manifest(manifest)
-        self.total = len(self.utts) + len(self.bad)
-        self.failed: set[int] = set()  # indices into `utts` whose samples could not be read
-        self._reported = 0
-        self._settle()
-        if not self.utts:
-            raise ManifestError(f"{manifest}: no utterances to decode")
-
-    def load(self, i: int, sample_rate: int):
-        """Utterance i's samples (`audio.load_utterance`), or None when they cannot be read (recorded as bad)."""
-        from .data.audio import AudioError, load_utterance
-
-        if i in self.failed:
-            return None
-        try:
-            return load_utterance(self.utts[i], sample_rate)
-        except AudioError as e:
-            u = self.utts[i]
-            self.failed.add(i)
-            self.bad.append({"id": u.id, "audio": u.audio, "error": f"{self.manifest}: utterance '{u.id}': {e}"})
-            return None
-
-    @property
-    def stopped(self) -> bool:
-        """Whether decoding is pointless: an utterance failed and bad ones are not skipped (the rest is only read,
-        to list every bad one)."""
-        return bool(self.failed) and not self.skip_bad
-
-    def finish(self, out: str | os.PathLike) -> list[int]:
-        """After decoding, before writing: apply the policy to the utterances that failed on reading, write
-        `<out>/skipped.jsonl` (or remove an old one when none was skipped); → the indices of the utterances
-        decoded."""
-        from .data.manifest import ManifestError
-
-        self._settle()
-        if len(self.failed) == len(self.utts):
-            raise ManifestError(f"{self.manifest}: none of its utterances could be decoded (listed above)")
-        path = Path(out) / SKIPPED
-        if self.bad:
-            with atomic_open(path) as f:
-                for record in self.bad:
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            print(f"skipped {len(self.bad)} of {self.total} utterances (listed in {path}); the results cover the "
-                  f"other {self.total - len(self.bad)}", file=sys.stderr)
-        else:
-            path.unlink(missing_ok=True)
-        return [i for i in range(len(self.utts)) if i not in self.failed]
-
-    def _settle(self) -> None:
-        """List the bad utterances not listed yet: as skipped, or as the reason to refuse (then raise)."""
-        from .data.manifest import ManifestError
-
-        new = self.bad[self._reported:]
-        if not new:
-            return
-        _list_bad(new, "skipped" if self.skip_bad else "bad")
-        self._reported = len(self.bad)
-        if not self.skip_bad:
-            raise ManifestError(f"{self.manifest}: {len(self.bad)} of {self.total} utterances cannot be decoded "
-                                f"(listed above); fix or remove them, or decode the others with --skip-bad")
-
-
-def _list_bad(records: list[dict], label: str) -> None:
-    """One line per bad utterance on stderr, `<label>: <error>`, MAX_LISTED of them, then how many more."""
-    for record in records[:MAX_LISTED]:
-        print(f"{label}: {record['error']}", file=sys.stderr)
-    if len(records) > MAX_LISTED:
-        print(f"… and {len(records) - MAX_LISTED} more", file=sys.stderr)
