@@ -206,3 +206,17 @@ def test_results_report_the_pretraining_a_model_started_from(tiny_package, tmp_p
     (recipe / "Makefile").write_text("EXP ?= exp/tiny\nPRETRAIN ?= 1\nUNIT ?= $(if $(CONF),bpe)\ninclude ../common.mk\n")
     assert "- Reproduce: `make -C recipes/demo ASR=$PWD/.venv/bin/asr UNIT=char PRETRAIN=0` (" in results.section(
         recipe, recipe / "exp/tiny")
+
+
+def test_every_recipe_trains_a_fixed_number_of_epochs():
+    """No recipe conf stops on a time budget: a recipe gives the same model on a slow machine as on a fast one."""
+    import yaml
+
+    from asr_transformer.config import load_config
+
+    confs = sorted(ROOT.glob("recipes/*/conf/*.yaml"))
+    assert confs
+    for conf in confs:
+        train = yaml.safe_load(conf.read_text()).get("train") or {}
+        assert "max_minutes" not in train, f"{conf.relative_to(ROOT)}: train.max_minutes (a time budget)"
+        assert load_config(conf).train.max_minutes == 0
