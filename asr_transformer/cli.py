@@ -266,14 +266,11 @@ def combine(
 ):
     """Concatenate manifests into one (utterance ids must be unique), e.g. a corpus plus synthetic speech; with one
     input, convert it: `asr combine out.json in.jsonl --format nemo`. NeMo manifests are read as they are."""
-    from asr_transformer.data.manifest import FORMATS, ManifestError, combine_manifests
+    from asr_transformer.data.manifest import FORMATS, combine_manifests
 
     if fmt not in FORMATS:
         _fail(f"--format {fmt}: choose from {', '.join(FORMATS)}")
-    try:
-        n = combine_manifests(manifests, out, fmt)
-    except (ManifestError, OSError) as e:
-        _fail(str(e))
+    n = combine_manifests(manifests, out, fmt)
     typer.echo(f"wrote {out}: {n} utterances from {len(manifests)} manifests")
 
 
@@ -285,14 +282,9 @@ def resample(
     audio_dir: Optional[Path] = typer.Option(None, help="Where the new audio goes (default: audio_RATE beside OUT)."),
 ):
     """Copy a manifest's audio at another sample rate (FLAC), e.g. a 16 kHz corpus in an 8 kHz corpus's band."""
-    from asr_transformer.data.audio import AudioError
-    from asr_transformer.data.manifest import ManifestError
     from asr_transformer.data.resampling import resample_manifest
 
-    try:
-        n = resample_manifest(manifest, out, rate, audio_dir)
-    except (ManifestError, AudioError, OSError) as e:
-        _fail(str(e))
+    n = resample_manifest(manifest, out, rate, audio_dir)
     typer.echo(f"wrote {out}: {n} utterances at {rate} Hz")
 
 
@@ -432,20 +424,14 @@ def train(
 
     Re-running into the same EXP resumes the run there, when the config and the data are the same (max_epochs,
     max_minutes and how often it saves and logs may change); one training runs in a folder at a time."""
-    from asr_transformer.config import ConfigError, load_config
-    from asr_transformer.train.trainer import TrainError, train as run_train
+    from asr_transformer.config import load_config
+    from asr_transformer.train.trainer import train as run_train
 
-    try:
-        cfg = load_config(config, set_)
-    except (ConfigError, OSError) as e:
-        _fail(str(e))
+    cfg = load_config(config, set_)
     if seed is not None:
         cfg.train.seed = seed
-    try:
-        run_train(cfg, data / train_manifest, data / dev_manifest, tokenizer_dir or data / "tokenizer", exp,
-                  device=device, threads=threads, force=force)
-    except TrainError as e:
-        _fail(str(e))
+    run_train(cfg, data / train_manifest, data / dev_manifest, tokenizer_dir or data / "tokenizer", exp,
+              device=device, threads=threads, force=force)
 
 
 @app.command()
@@ -560,9 +546,6 @@ def decode(
     utterance that cannot be decoded (a bad line, audio missing, unreadable or empty, or samples found NaN when
     read) stops the command: each is listed on stderr, the exit status is 1 and nothing is written. With
     --skip-bad the others are decoded and written, the bad ones listed in OUT/skipped.jsonl, exit status 0."""
-    from asr_transformer.data.manifest import ManifestError
-    from asr_transformer.decode.search import DecodeError
-    from asr_transformer.exported import ExportError
     from asr_transformer.writers import check_writable
 
     modes = [m.strip() for m in mode.split(",") if m.strip()] if mode else []
@@ -571,12 +554,7 @@ def decode(
                       beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
                       lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size)
-    try:
-        rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
-    except (DecodeError, ExportError, ManifestError) as e:
-        _fail(str(e))
-    except OSError as e:
-        _fail(f"{e.filename or manifest}: {e.strerror or e}")
+    rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
 
 
 @app.command("package")
@@ -669,17 +647,12 @@ def info(model: Path = typer.Argument(..., help="Model package.")):
 def _print_info(model: Path) -> None:
     from asr_transformer.info import describe
     from asr_transformer.package import KEY_VARIABLE, package_key
-    from asr_transformer.train.checkpoint import CheckpointError, is_signed
+    from asr_transformer.train.checkpoint import is_signed
 
-    try:
-        typer.echo(describe(model))
-        signed = is_signed(model)
-        typer.echo("signature:  " + ("none" if not signed else f"valid for {KEY_VARIABLE}" if package_key()
-                                     else f"present, not checked ({KEY_VARIABLE} is unset)"))
-    except CheckpointError as e:
-        _fail(str(e))
-    except OSError as e:
-        _fail(f"{model}: {e.strerror or e}")
+    typer.echo(describe(model))
+    signed = is_signed(model)
+    typer.echo("signature:  " + ("none" if not signed else f"valid for {KEY_VARIABLE}" if package_key()
+                                 else f"present, not checked ({KEY_VARIABLE} is unset)"))
 
 
 @app.command()
@@ -837,19 +810,16 @@ def plot(
     model: Optional[Path] = typer.Option(None, help="Model package for --attention."),
 ):
     """Training curves (loss, accuracy, CER per epoch) and a cross-attention alignment plot."""
-    from asr_transformer.plots import PlotError, plot_attention, plot_training
+    from asr_transformer.plots import plot_attention, plot_training
 
     if attention is not None and model is None:
         _fail("--attention needs --model")
-    try:
-        plot_training(exp, out)
-        typer.echo(f"wrote {out}")
-        if attention is not None:
-            target = out.with_name(out.stem + "_attention.png")
-            plot_attention(model, attention, target)
-            typer.echo(f"wrote {target}")
-    except PlotError as e:
-        _fail(str(e))
+    plot_training(exp, out)
+    typer.echo(f"wrote {out}")
+    if attention is not None:
+        target = out.with_name(out.stem + "_attention.png")
+        plot_attention(model, attention, target)
+        typer.echo(f"wrote {target}")
 
 
 if __name__ == "__main__":
