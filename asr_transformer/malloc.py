@@ -4,10 +4,9 @@ torch takes CPU tensors from malloc. By default glibc serves large blocks with f
 unmaps them on free, so every training step page-faults its activations into existence again (the kernel
 zeroes each 4 KiB page) — memory-bound work that also suffers most when the machine is busy. With
 `TUNABLES` malloc never maps per block (`mmap_max=0`), keeps what is freed (`trim_threshold`) for the
-next step, and asks for transparent huge pages (`hugetlb=1`). On 2 cores, alternating runs with and
-without: a `small` step of `bench/train_speed.py` 15–30 % faster; 6 epochs of the synthetic recipe's
-model on 1,500 utterances 194 → 144 s and 181 → 156 s, peak memory 1.31–1.33 → 1.49 GB (what is freed
-stays with the process).
+next step, and asks for transparent huge pages (`hugetlb=1`). The price is a higher peak memory (what is
+freed stays with the process). `bench/train_speed.py` measures the gain: run it with and without
+`ASR_MALLOC_TUNING=0`.
 
 glibc reads its tunables once, at process start, so `apply()` re-executes the command (same process id,
 same arguments) with them set. `ASR_MALLOC_TUNING=0` turns this off; a GLIBC_TUNABLES that already sets

@@ -105,7 +105,7 @@ class ASRModel(nn.Module):
         return next(self.encoder.parameters()).dtype
 
     def set_encoder_dtype(self, dtype: torch.dtype) -> "ASRModel":
-        """Run the encoder in `dtype`, for inference (bfloat16: ~2× faster on CPUs with AMX, and on GPUs).
+        """Run the encoder in `dtype`, for inference (bfloat16: faster on CPUs with AMX, and on GPUs).
         The CMVN statistics, CTC head and decoder stay float32 (`encode` returns float32): the decoder's
         incremental steps are matrix-vector products, which bfloat16 makes slower on CPU, not faster."""
         self.encoder.to(dtype)

@@ -62,7 +62,7 @@ class ConvModule(nn.Module):
     others in its batch; padded frames are zeroed before the depthwise convolution.
     The depthwise convolution runs as a (1 × kernel) conv2d on a (B, D, 1, T) view of the
     (B, T, D) activations: that view is channels-last in memory, which oneDNN convolves without
-    copies, 2-3× faster on the CPU than a conv1d on the transposed tensor (same weights).
+    copies, faster on the CPU than a conv1d on the transposed tensor (same weights).
     """
 
     def __init__(self, d_model: int, kernel: int, dropout: float = 0.0):
