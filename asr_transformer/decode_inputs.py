@@ -63,6 +63,18 @@ class DecodeInputs:
         to list every bad one)."""
         return bool(self.failed) and not self.skip_bad
 
+    def batches(self, size: int, sample_rate: int, advance=lambda n: None):
+        """The utterances longest first, `size` at a time → (indices, samples) of those whose samples could be read.
+        Once one could not and bad ones are not skipped, nothing more is yielded: the rest is only read, to list
+        every bad one. `advance(n)` is told how many utterances each batch read."""
+        order = sorted(range(len(self.utts)), key=lambda i: -self.utts[i].duration)
+        for start in range(0, len(order), size):
+            batch = order[start:start + size]
+            waves = {i: w for i in batch if (w := self.load(i, sample_rate)) is not None}
+            advance(len(batch))
+            if waves and not self.stopped:
+                yield list(waves), list(waves.values())
+
     def finish(self, out: str | os.PathLike) -> list[int]:
         """After decoding, before writing: apply the policy to the utterances that failed on reading, write
         `<out>/skipped.jsonl` (or remove an old one when none was skipped); → the indices of the utterances

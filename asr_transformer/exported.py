@@ -320,23 +320,19 @@ class ExportedRecognizer:
                 raise ExportError(f"mode {m}: an export decodes with {', '.join(EXPORTED_MODES)}")
         folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]
         inputs = DecodeInputs(manifest, folders, skip_bad)
-        utts, rate = inputs.utts, self.config.features.sample_rate
-        order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
-        size = self.options.batch_size
+        utts, rate, size = inputs.utts, self.config.features.sample_rate, self.options.batch_size
         results: dict[str, dict[int, Hypothesis]] = {m: {} for m in modes}
         decode_time, feature_time, audio_seconds = dict.fromkeys(modes, 0.0), 0.0, 0.0
-        for start in range(0, len(order), size):
-            t0 = time.perf_counter()
-            waves = {i: w for i in order[start:start + size] if (w := inputs.load(i, rate)) is not None}
-            if not waves or inputs.stopped:  # refusing: the rest is only read, to list every bad utterance
-                continue
-            audio_seconds += sum(len(w) for w in waves.values()) / rate
-            feats = [self.features(w) for w in waves.values()]
+        t0 = time.perf_counter()
+        for batch, waves in inputs.batches(size, rate):
+            audio_seconds += sum(len(w) for w in waves) / rate
+            feats = [self.features(w) for w in waves]
             feature_time += time.perf_counter() - t0
             for m in modes:
                 t0 = time.perf_counter()
-                results[m].update(zip(waves, self.decode_features(feats, replace(self.options, mode=m))))
+                results[m].update(zip(batch, self.decode_features(feats, replace(self.options, mode=m))))
                 decode_time[m] += time.perf_counter() - t0
+            t0 = time.perf_counter()  # the next batch's reading counts as feature time
         kept = inputs.finish(out)
         summary = {}
         model_mb = round(sum(f.stat().st_size for f in self.path.iterdir() if f.is_file()) / 1e6, 2)

@@ -214,9 +214,6 @@ class Recognizer:
         folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]
         inputs = DecodeInputs(manifest, folders, skip_bad)
         utts, rate = inputs.utts, self.config.features.sample_rate
-        order = sorted(range(len(utts)), key=lambda i: -utts[i].duration)
-        size = self.options.batch_size
-        batches = [order[i:i + size] for i in range(0, len(order), size)]
 
         def speaker_feats(i: int) -> torch.Tensor:
             """Utterance i's log-mel (T, F); none (0, F) when its audio cannot be read."""
@@ -232,15 +229,10 @@ class Recognizer:
         feature_time, audio_seconds = time.perf_counter() - t0, 0.0
         with _progress() as bar:
             task = bar.add_task(f"decode {','.join(modes)}", total=len(utts))
-            for batch in batches:
-                t0 = time.perf_counter()
-                waves = {i: w for i in batch if (w := inputs.load(i, rate)) is not None}
-                bar.advance(task, len(batch))
-                if not waves or inputs.stopped:  # refusing: the rest is only read, to list every bad utterance
-                    continue
-                batch = list(waves)
-                feats = [self.features(w) for w in waves.values()]
-                audio_seconds += sum(len(w) for w in waves.values()) / rate
+            t0 = time.perf_counter()
+            for batch, waves in inputs.batches(self.options.batch_size, rate, lambda n: bar.advance(task, n)):
+                feats = [self.features(w) for w in waves]
+                audio_seconds += sum(len(w) for w in waves) / rate
                 lens = torch.tensor([f.size(0) for f in feats])
                 padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
                 speaker_mean = None if means is None else torch.stack([means[i] for i in batch]).to(self.device)
@@ -252,6 +244,7 @@ class Recognizer:
                     self._synchronize()
                     decode_time[m] += time.perf_counter() - t0
                     results[m].update(zip(batch, hyps))
+                t0 = time.perf_counter()  # the next batch's reading counts as feature time
 
         kept = inputs.finish(out)
         summary = {}
