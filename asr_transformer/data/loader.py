@@ -370,23 +370,26 @@ class FrameBatchSampler(torch.utils.data.Sampler):
             yield [(i, self.epoch) for i in batch]
 
 
-def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0) -> "SkippingLoader":
+def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0,
+                placeholders: bool = False) -> "SkippingLoader":
     # A private generator: creating an iterator must not draw from the global RNG, or a resumed
     # run (which creates one mid-epoch) would see different dropout masks than an uninterrupted one.
     return SkippingLoader(torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
         worker_init_fn=_single_thread if num_workers else None, persistent_workers=False,
         generator=torch.Generator(),
-    ))
+    ), placeholders)
 
 
 class SkippingLoader:
     """A DataLoader's batches without the utterances whose audio cannot be read: each is warned about once (in
-    this process, whichever worker read it), a batch of nothing else is left out, and a pass over the data that
-    left any out ends with their count on stderr; `skipped` holds the count of the last (or current) pass."""
+    this process, whichever worker read it), a batch of nothing else is left out (or, with `placeholders`, given
+    as None, so that a trainer counting the sampler's batches stays in step with it), and a pass over the data
+    that left any out ends with their count on stderr; `skipped` holds the count of the last (or current) pass."""
 
-    def __init__(self, loader: torch.utils.data.DataLoader):
+    def __init__(self, loader: torch.utils.data.DataLoader, placeholders: bool = False):
         self.loader = loader
+        self.placeholders = placeholders
         self.skipped = 0
 
     def __len__(self) -> int:
@@ -401,6 +404,8 @@ class SkippingLoader:
             self.skipped += len(unreadable)
             if isinstance(batch, Batch):
                 yield batch
+            elif self.placeholders:
+                yield None
         if self.skipped:
             print(f"warning: {self.skipped} utterance(s) with unreadable audio left out of this pass over the data",
                   file=sys.stderr, flush=True)

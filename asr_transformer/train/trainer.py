@@ -274,7 +274,7 @@ def _train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
         unlabelled = sum(u.speaker == UNKNOWN_SPEAKER for u in train_utts)
         say(f"speaker CMN: each of {len(speakers)} training speakers' mean"
             + (f"; {unlabelled} utterances without a speaker label use their own" if unlabelled else ""))
-    train_loader = make_loader(train_set, sampler, cfg.data.num_workers)
+    train_loader = make_loader(train_set, sampler, cfg.data.num_workers, placeholders=True)
     dev_sampler = FrameBatchSampler(utterance_frames(dev_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
                                     shuffle=False)
     dev_loader = make_loader(UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features, cache_audio=cfg.data.cache_audio,
@@ -364,6 +364,9 @@ def _train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
                 task = bar.add_task(f"epoch {state.epoch + 1}/{epochs()}", total=n_batches,
                                     completed=state.batch, info="")
                 for batch in train_loader:
+                    if batch is None:  # none of its audio could be read (warned): counted, so a resume starts
+                        state.batch += 1  # at the sampler's next batch
+                        continue
                     batch = batch.to(dev)
                     prob = tc.scheduled_sampling * min(1.0, state.step / max(1, total_steps))
                     boundary = (micro + 1) % tc.accum_grad == 0 or state.batch + 1 == n_batches
