@@ -236,7 +236,7 @@ def prepare_synthetic(
     jobs: Optional[int] = typer.Option(None, help="Worker processes (default: all cores)."),
 ):
     """Offline multi-voice synthetic speech (espeak-ng; flite voices too where installed)."""
-    from asr_transformer.data import grammar
+    from asr_transformer.data.corpora import grammar
     from asr_transformer.data.corpora import synthetic
 
     weights = {}
@@ -353,41 +353,11 @@ def lm_(
                                "tokenizer's pieces; the tokenizer's normalizer still defines the words."),
 ):
     """Train an n-gram LM (interpolated Kneser-Ney) for shallow fusion in decoding (--lm, or --word-lm with --words)."""
-    from asr_transformer.data.manifest import ManifestError, read_manifest
-    from asr_transformer.data.tokenizer import load_tokenizer
-    from asr_transformer.decode.ngram import train_ngram
-    from asr_transformer.model.tokens import SPECIAL_TOKENS
+    from asr_transformer.lm_build import build_lm
 
     if order < 1:
         _fail(f"--order {order}: must be at least 1")
-    try:
-        tok = load_tokenizer(tokenizer_dir)
-    except (OSError, ValueError) as e:
-        _fail(str(e))
-    sentences = []
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}  # word → id, for --words
-    for path in texts:
-        try:
-            if path.suffix in (".jsonl", ".json"):  # a manifest, ours or NeMo's
-                lines = [u.text for u in read_manifest(path)]
-            else:
-                lines = path.read_text(encoding="utf-8").splitlines()
-        except (ManifestError, OSError, UnicodeDecodeError) as e:
-            _fail(f"{path}: {e}" if str(path) not in str(e) else str(e))
-        if words:
-            sentences += [[vocab.setdefault(w, len(vocab)) for w in tok.normalize(line).split()] for line in lines]
-        else:
-            sentences += [tok.encode(line) for line in lines]
-    sentences = [s for s in sentences if s]
-    if not sentences:
-        _fail(f"no text in {', '.join(map(str, texts))}")
-    # a word LM's ids 0..4 stay the special ones (the ARPA file names <unk>, <s>, </s>)
-    names = list(vocab) if words else tok.pieces(range(tok.vocab_size))
-    model = train_ngram(sentences, len(names), order)
-    model.write_arpa(out, names)
-    counts = ", ".join(f"{sum(len(w) for w in model.prob[n].values())} {n}-grams" for n in range(1, order + 1))
-    kind = f"word {order}-gram LM ({len(vocab) - len(SPECIAL_TOKENS)} words)" if words else f"{order}-gram LM"
-    typer.echo(f"{out}: {kind} from {len(sentences)} sentences ({counts})")
+    typer.echo(build_lm(texts, tokenizer_dir, out, order, words).describe())
 
 
 @app.command()
@@ -456,24 +426,24 @@ def average(
 # Decoding options of `asr decode`, `asr transcribe` and `asr package`. None keeps the model package's value
 # (its decoding defaults: `asr info` shows them; the toolkit's own defaults are config.DecodeConfig's).
 MODE = typer.Option(None, help="Decoding mode: greedy, beam, joint, ctc, ctc_beam, maskctc or rescore "
-                    "[default: the package's].")
-BEAM = typer.Option(None, help="Beam size [default: the package's].")
-CTC_WEIGHT = typer.Option(None, help="CTC weight λ in joint and rescore [default: the package's].")
+                    "(default: the package's).")
+BEAM = typer.Option(None, help="Beam size (default: the package's).")
+CTC_WEIGHT = typer.Option(None, help="CTC weight λ in joint and rescore (default: the package's).")
 LENGTH_PENALTY = typer.Option(None, help="Score bonus per output token in beam, joint and rescore "
-                              "[default: the package's].")
-MAX_LEN_RATIO = typer.Option(None, help="Longest output in tokens per encoder frame [default: the package's].")
-MASKCTC_ITERATIONS = typer.Option(None, help="Mask-CTC refinement iterations [default: the package's].")
+                              "(default: the package's).")
+MAX_LEN_RATIO = typer.Option(None, help="Longest output in tokens per encoder frame (default: the package's).")
+MASKCTC_ITERATIONS = typer.Option(None, help="Mask-CTC refinement iterations (default: the package's).")
 MASKCTC_THRESHOLD = typer.Option(None, help="Mask-CTC: tokens below this probability are masked "
-                                 "[default: the package's].")
+                                 "(default: the package's).")
 LM_OPTION = typer.Option(None, "--lm", help="ARPA n-gram LM over the model's tokens (from `asr lm`), fused in the beam, "
                          "joint and rescore modes, instead of the package's own.")
-LM_WEIGHT = typer.Option(None, help="Weight β of the token LM's scores [default: the package's].")
+LM_WEIGHT = typer.Option(None, help="Weight β of the token LM's scores (default: the package's).")
 WORD_LM = typer.Option(None, help="ARPA word n-gram LM (from `asr lm --words`), added where a word ends in the beam, "
                        "joint and rescore modes, instead of the package's own. A phone model then spells only the "
                        "LM's words that its lexicon has.")
-WORD_LM_WEIGHT = typer.Option(None, help="Weight γ of the word LM's scores [default: the package's].")
+WORD_LM_WEIGHT = typer.Option(None, help="Weight γ of the word LM's scores (default: the package's).")
 NO_LM = typer.Option(False, "--no-lm", help="Decode without the LMs the package holds.")
-BATCH_SIZE = typer.Option(None, help="Utterances (segments) decoded together [default: the package's].")
+BATCH_SIZE = typer.Option(None, help="Utterances (segments) decoded together (default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
 THREADS = typer.Option(0, help="CPU threads for torch (0: all cores).")
 PRECISION = typer.Option("fp32", help=PRECISION_HELP)
@@ -493,12 +463,13 @@ def _recognizer(model: Path, device: str, threads: int, precision: str, lm: Opti
             return ExportedRecognizer(model, threads, **{k: v for k, v in options.items() if v is not None})
         except (ExportError, OSError, KeyError) as e:
             _fail(str(e))
+    from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.decode.search import DecodeError
     from asr_transformer.recognizer import Recognizer
-    from asr_transformer.train.checkpoint import CheckpointError
 
     if no_lm and (lm is not None or word_lm is not None):
         _fail("--no-lm and --lm/--word-lm: choose one")
+    _check_device(device, precision)
     options = {k: v for k, v in options.items() if v is not None}
     try:
         return Recognizer(model, device=device, precision=precision, threads=threads,
@@ -511,13 +482,28 @@ def _recognizer(model: Path, device: str, threads: int, precision: str, lm: Opti
         _fail(f"{model}: cannot load the model package ({e})")
 
 
+def _check_device(device: str, precision: str) -> None:
+    """--device names a device here, and --precision runs on it; else a one-line error naming the option."""
+    from asr_transformer.device import DeviceError, pick_device
+    from asr_transformer.package import check_precision
+
+    try:
+        dev = pick_device(device)
+    except DeviceError as e:
+        _fail(f"--device {device}: {e.reason}")
+    try:
+        check_precision(precision, dev)
+    except ValueError as e:
+        _fail(f"--precision {precision}: {e}")
+
+
 @app.command()
 def decode(
     model: Path = typer.Argument(..., help="Model package (from asr package), or an ONNX export (asr export)."),
     manifest: Path = typer.Argument(..., exists=True, dir_okay=False, help="Manifest to decode."),
     out: Path = typer.Option(..., "--out", "-o", help="Result folder; one sub-folder per mode when several."),
     mode: Optional[str] = typer.Option(None, help="Comma list of: greedy, beam, joint, ctc, ctc_beam, maskctc, "
-                                       "rescore [default: the package's mode]."),
+                                       "rescore (default: the package's mode)."),
     beam: Optional[int] = BEAM,
     ctc_weight: Optional[float] = CTC_WEIGHT,
     length_penalty: Optional[float] = LENGTH_PENALTY,
@@ -582,9 +568,9 @@ def package_(
     """Make a model package a complete recognizer: its decoding defaults (chosen on dev), the LMs they use
     (stored inside, compressed), and the results it was validated with. `asr decode` and `asr transcribe`
     then need no decoding options; `asr info` shows what it holds."""
+    from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.decode.search import DecodeError, check_modes
     from asr_transformer.package import LM_KINDS, set_decoding
-    from asr_transformer.train.checkpoint import CheckpointError
 
     options = {k: v for k, v in dict(mode=mode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
                                      max_len_ratio=max_len_ratio, maskctc_iterations=maskctc_iterations,
@@ -617,14 +603,14 @@ def export_(
     fmt: str = typer.Option("onnx", "--format", help="onnx (runs with onnxruntime) or torchscript."),
     int8: bool = typer.Option(False, "--int8", help="Quantize the ONNX graphs' weights to int8."),
     mode: Optional[str] = typer.Option(None, help="The export's default decoding mode: ctc, ctc_beam, rescore or "
-                                       "greedy [default: the package's, if one of these, else rescore]."),
+                                       "greedy (default: the package's, if one of these, else rescore)."),
 ):
     """Export a model package for inference without this toolkit's PyTorch code: the encoder with its CTC head and
     the decoder step with its key/value cache (dynamic batch and time axes), the tokenizer and the decoding
     defaults beside them. `asr transcribe --model FOLDER` runs an ONNX export with onnxruntime."""
+    from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.export import export_package
     from asr_transformer.exported import EXPORTED_MODES
-    from asr_transformer.train.checkpoint import CheckpointError
 
     if mode is not None and mode not in EXPORTED_MODES:
         _fail(f"--mode {mode}: an export decodes with {', '.join(EXPORTED_MODES)}")
@@ -645,9 +631,9 @@ def info(model: Path = typer.Argument(..., help="Model package.")):
 
 
 def _print_info(model: Path) -> None:
+    from asr_transformer.checkpoint_io import is_signed
     from asr_transformer.info import describe
     from asr_transformer.package import KEY_VARIABLE, package_key
-    from asr_transformer.train.checkpoint import is_signed
 
     typer.echo(describe(model))
     signed = is_signed(model)
@@ -713,7 +699,8 @@ def transcribe(
     device: str = DEVICE,
     threads: int = THREADS,
     precision: str = PRECISION,
-    max_segment: float = typer.Option(20.0, help="Longest segment (s) decoded at once; longer audio is split."),
+    max_segment: Optional[float] = typer.Option(None, help="Longest segment (s) decoded at once; longer audio is "
+                                                "split (default: 20)."),
     same_speaker: bool = typer.Option(False, help="A model.speaker_cmn model: the files are one speaker's, so "
                                       "each is normalized by the mean of the speech so far in all of them "
                                       "(default: each file its own)."),
@@ -728,11 +715,35 @@ def transcribe(
     another format prints that format (one input only). Inputs that cannot be read are reported and skipped;
     the exit code is 1 if any failed. An input in which the voice detector finds no speech although it is not
     silent is decoded whole, in --max-segment pieces, with a warning."""
-    import sys
-    import warnings
+    from asr_transformer.transcribe import MAX_SEGMENT
 
-    from asr_transformer.data.audio import AudioError
-    from asr_transformer.writers import FORMATS, format_result, write_result
+    max_segment = MAX_SEGMENT if max_segment is None else max_segment
+    _check_transcribe_options(audio, output_dir, output_format, max_segment)
+    rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=mode, beam=beam,
+                      ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
+                      maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
+                      word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1)
+    speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
+    if same_speaker:
+        from asr_transformer.data.features import CMVNAccumulator
+        speaker = CMVNAccumulator(rec.config.features.num_mel_bins)
+    failed = 0
+    basenames: dict[str, str] = {}  # output basename → the input that took it
+    for item in audio:
+        source, label, basename = _transcribe_input(item)
+        result = _transcribe_one(rec, source, label, max_segment, speaker, word_timestamps)
+        if result is None or not _write_transcript(result, label, basename, basenames, output_dir, output_format,
+                                                   several=len(audio) > 1):
+            failed += 1
+    if failed:
+        typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
+        raise typer.Exit(code=1)
+
+
+def _check_transcribe_options(audio: List[str], output_dir: Optional[Path], output_format: str,
+                              max_segment: float) -> None:
+    """The options of `asr transcribe` that go together, checked before the model loads."""
+    from asr_transformer.writers import FORMATS
 
     if output_format != "all" and output_format not in FORMATS:
         _fail(f"--output-format {output_format}: choose from {', '.join(FORMATS)} or all")
@@ -744,62 +755,98 @@ def transcribe(
         _fail("stdin (-) can be read only once")
     if not max_segment >= 0.5:
         _fail(f"--max-segment {max_segment}: must be at least 0.5 seconds")
-    rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=mode, beam=beam,
-                      ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
-                      maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
-                      word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1)
-    from asr_transformer.transcribe import NoSpeechWarning, ProgressBar
 
-    speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
-    if same_speaker:
-        from asr_transformer.data.features import CMVNAccumulator
-        speaker = CMVNAccumulator(rec.config.features.num_mel_bins)
-    failed = 0
-    basenames: dict[str, str] = {}
-    for item in audio:
-        if item == "-":
-            stdin = getattr(sys.stdin, "buffer", sys.stdin)
-            source, label, basename = stdin.read(), "stdin", "stdin"
-        else:
-            source, label, basename = item, item, Path(item).stem or Path(item).name
-        bar = ProgressBar(label)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", NoSpeechWarning)
-                result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker,
-                                        word_timestamps=word_timestamps)
-            for w in caught:  # ours as one line naming the input; any other as Python shows it
-                if isinstance(w.message, NoSpeechWarning):
-                    typer.secho(f"warning: {label}: {w.message.detail}", fg="yellow", err=True)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-        except AudioError as e:
-            detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
-            typer.secho(f"error: {label}: {detail}", fg="red", err=True)
-            failed += 1
-            continue
-        finally:
-            bar.close()
-        if output_dir is None:
-            if output_format == "txt":
-                typer.echo(result["text"] if len(audio) == 1 else f"{label}\t{result['text']}")
+
+def _transcribe_input(item: str) -> tuple:
+    """An AUDIO argument → (what to transcribe: a path or stdin's bytes, its label in messages, the basename of
+    its output files)."""
+    if item == "-":
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        return stdin.read(), "stdin", "stdin"
+    return item, item, Path(item).stem or Path(item).name
+
+
+def _transcribe_one(rec, source, label: str, max_segment: float, speaker, word_timestamps: bool) -> Optional[dict]:
+    """Transcribe one input with a progress bar (long files); its warnings as one line naming it. → the result,
+    or None after an `error: <label>: …` line when its audio cannot be read."""
+    import warnings
+
+    from asr_transformer.data.audio import AudioError
+    from asr_transformer.transcribe import NoSpeechWarning
+
+    bar = _ProgressBar(label)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NoSpeechWarning)
+            result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker,
+                                    word_timestamps=word_timestamps)
+        for w in caught:  # ours as one line naming the input; any other as Python shows it
+            if isinstance(w.message, NoSpeechWarning):
+                typer.secho(f"warning: {label}: {w.message.detail}", fg="yellow", err=True)
             else:
-                typer.echo(format_result(result, output_format), nl=False)
-            continue
-        if basename in basenames:
-            typer.secho(f"warning: {label} and {basenames[basename]} share the name '{basename}': "
-                        f"the later output replaces the earlier", fg="yellow", err=True)
-        basenames[basename] = label
-        try:
-            paths = write_result(result, output_dir, basename, output_format)
-        except OSError as e:
-            typer.secho(f"error: {label}: cannot write output to {output_dir} ({e})", fg="red", err=True)
-            failed += 1
-            continue
-        typer.echo(f"{label} → {', '.join(str(p) for p in paths)}", err=True)
-    if failed:
-        typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
-        raise typer.Exit(code=1)
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    except AudioError as e:
+        detail = str(e)[len(e.source) + 2:] if str(e).startswith(f"{e.source}: ") else str(e)
+        typer.secho(f"error: {label}: {detail}", fg="red", err=True)
+        return None
+    finally:
+        bar.close()
+    return result
+
+
+def _write_transcript(result: dict, label: str, basename: str, basenames: dict, output_dir: Optional[Path],
+                      output_format: str, several: bool) -> bool:
+    """A result to stdout (no --out: txt as text, `<label>\t<text>` with several inputs; another format whole), or
+    to files in `output_dir`. → False after an `error:` line when they cannot be written."""
+    from asr_transformer.writers import format_result, write_result
+
+    if output_dir is None:
+        if output_format == "txt":
+            typer.echo(f"{label}\t{result['text']}" if several else result["text"])
+        else:
+            typer.echo(format_result(result, output_format), nl=False)
+        return True
+    if basename in basenames:
+        typer.secho(f"warning: {label} and {basenames[basename]} share the name '{basename}': "
+                    f"the later output replaces the earlier", fg="yellow", err=True)
+    basenames[basename] = label
+    try:
+        paths = write_result(result, output_dir, basename, output_format)
+    except OSError as e:
+        typer.secho(f"error: {label}: cannot write output to {output_dir} ({e})", fg="red", err=True)
+        return False
+    typer.echo(f"{label} → {', '.join(str(p) for p in paths)}", err=True)
+    return True
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr for `transcribe`'s progress callback, shown only for files of at least
+    PROGRESS_MIN_SECONDS."""
+
+    PROGRESS_MIN_SECONDS = 60.0
+
+    def __init__(self, label: str):
+        self.label, self.bar, self.task = label, None, None
+
+    def __call__(self, done: float, total: Optional[float], segments: int) -> None:
+        if self.bar is None:
+            if total is None or total < self.PROGRESS_MIN_SECONDS:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:.0f}/{task.total:.0f} s audio"),
+                                TextColumn("{task.fields[segments]} segments"), TimeElapsedColumn(),
+                                TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True))
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total, segments=0)
+        self.bar.update(self.task, completed=min(done, self.bar.tasks[0].total), segments=segments)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 @app.command()
@@ -820,6 +867,37 @@ def plot(
         target = out.with_name(out.stem + "_attention.png")
         plot_attention(model, attention, target)
         typer.echo(f"wrote {target}")
+
+
+import_app = typer.Typer(help="Import a pretrained model from another toolkit as a model package.",
+                         no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("whisper")
+def import_whisper_cmd(
+    source: Path = typer.Argument(..., help="OpenAI .pt file, Hugging Face folder (config.json + *.safetensors) "
+                                            "or CTranslate2 folder (model.bin), e.g. faster-whisper's."),
+    out: Path = typer.Option(..., "--out", "-o", help="The model package to write."),
+    tokenizer_json: Optional[Path] = typer.Option(None, "--tokenizer",
+                                                  help="Whisper's tokenizer.json (for OpenAI .pt files, which "
+                                                       "carry none)."),
+    tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer-dir",
+                                                 help="Also write the tokenizer as a directory, for "
+                                                      "`asr train --tokenizer DIR` (fine-tuning)."),
+    language: str = typer.Option("en", help="Language of the transcripts (multilingual models)."),
+    pad_to_seconds: float = typer.Option(30.0, help="Pad features to Whisper's 30-s window (0: as long as the "
+                                                    "audio; faster, but Whisper was trained on 30 s)."),
+    ctc: bool = typer.Option(False, "--ctc", help="Add a CTC head (random; fine-tune it for joint decoding)."),
+):
+    """Import an OpenAI Whisper model (needs the whisper extra: pip install 'asr-transformer[whisper]')."""
+    from asr_transformer.whisper import import_whisper
+
+    summary = import_whisper(source, out, tokenizer_json, language, pad_to_seconds, ctc, tokenizer_dir)
+    d = summary["dims"]
+    typer.echo(f"{out}: Whisper ({'multilingual' if summary['multilingual'] else 'English-only'}), "
+               f"{summary['parameters'] / 1e6:.1f} M parameters, {d.n_audio_layer}+{d.n_text_layer} layers of "
+               f"{d.n_audio_state}" + (f"; tokenizer → {tokenizer_dir}" if tokenizer_dir else ""))
 
 
 if __name__ == "__main__":

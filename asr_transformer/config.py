@@ -15,13 +15,16 @@ from asr_transformer.errors import UserError
 
 @dataclass
 class FeatureConfig:
-    """Log-mel filterbank front-end (Kaldi-compatible)."""
+    """Log-mel filterbank front-end: Kaldi's fbank, or Whisper's log-mel spectrogram."""
 
+    kind: str = "fbank"  # fbank (Kaldi-compatible) | whisper (Whisper's: STFT 400/160, Slaney mel, log10, (x+4)/4)
     sample_rate: int = 16000
     num_mel_bins: int = 80
     frame_length_ms: float = 25.0
     frame_shift_ms: float = 10.0
     dither: float = 0.0  # in 16-bit sample units, training only
+    # whisper: zero-pad every utterance to this many seconds, as Whisper's 30-s window (0: as long as it is)
+    pad_to_seconds: float = 0.0
 
 
 @dataclass
@@ -67,7 +70,7 @@ class ModelConfig:
     """Transformer encoder-decoder with a CTC head."""
 
     input_dim: int = 80
-    vocab_size: int = 0  # filled from the tokenizer
+    vocab_size: int = 0  # filled from the tokenizer (as are decoder_prompt and the suppressed ids below)
     d_model: int = 256
     heads: int = 4
     encoder_layers: int = 12
@@ -75,7 +78,7 @@ class ModelConfig:
     ffn_dim: int = 2048
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    subsampling: int = 4  # 4, 6 or 8
+    subsampling: int = 4  # 4, 6 or 8; 2 with the whisper front-end
     subsampling_channels: int = 0  # conv channels of the front-end; 0 = d_model (ESPnet/WeNet)
     pre_norm: bool = True  # False: post-LN, the original Transformer drawing
     utterance_cmn: bool = False  # subtract each utterance's own mean (speaker/channel) before global CMVN
@@ -93,6 +96,18 @@ class ModelConfig:
     # linear layer, are added to its output before the next block, in training and decoding alike
     interctc_condition: bool = False
     label_smoothing: float = 0.1
+    ctc: bool = True  # a CTC head on the encoder (an imported Whisper has none unless asked for)
+    # Whisper's architecture, as options of the same blocks (`asr import whisper` sets them):
+    frontend: str = "conv2d"  # conv2d (the subsampling above) | whisper (two Conv1d + GELU, time ×1/2)
+    activation: str = "relu"  # of the Transformer blocks' feed-forward: relu | gelu
+    # sinusoidal: ×√d and interleaved sin/cos tables (Vaswani et al.); whisper: the encoder's fixed sin|cos table
+    # and the decoder's learned one, added unscaled
+    positions: str = "sinusoidal"
+    max_source_positions: int = 1500  # whisper: rows of the encoder's table (30 s of audio)
+    max_target_positions: int = 448  # whisper: rows of the decoder's table (its prompt and output)
+    decoder_prompt: list[int] = field(default_factory=list)  # ids the decoder reads before BEGIN
+    suppress_tokens: list[int] = field(default_factory=list)  # ids the decoder never emits in decoding
+    suppress_from: int = 0  # > 0: nor any id from this one on
 
 
 @dataclass
@@ -156,6 +171,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "base": dict(d_model=256, heads=4, encoder_layers=12, decoder_layers=6, ffn_dim=2048),
     "large": dict(d_model=512, heads=8, encoder_layers=12, decoder_layers=6, ffn_dim=2048),
 }
+# Whisper's shapes (fine-tuning an imported Whisper: `asr import whisper`); with features.kind: whisper
+WHISPER = dict(frontend="whisper", subsampling=2, activation="gelu", positions="whisper", tie_embeddings=True,
+               ctc=False, ctc_weight=0.0, max_source_positions=1500, max_target_positions=448)
+PRESETS.update({
+    "whisper_tiny": dict(WHISPER, d_model=384, heads=6, encoder_layers=4, decoder_layers=4, ffn_dim=1536),
+    "whisper_base": dict(WHISPER, d_model=512, heads=8, encoder_layers=6, decoder_layers=6, ffn_dim=2048),
+    "whisper_small": dict(WHISPER, d_model=768, heads=12, encoder_layers=12, decoder_layers=12, ffn_dim=3072),
+})
 
 
 class ConfigError(UserError, ValueError):
@@ -263,13 +286,21 @@ RANGES = [
     ("model.ffn_dim", lambda v: v >= 1, "≥ 1"),
     ("model.dropout", _fraction, "in [0, 1)"),
     ("model.attention_dropout", _fraction, "in [0, 1)"),
-    ("model.subsampling", lambda v: v in (4, 6, 8), "4, 6 or 8"),
+    ("model.subsampling", lambda v: v in (2, 4, 6, 8), "2 (whisper front-end), 4, 6 or 8"),
     ("model.subsampling_channels", lambda v: v >= 0, "≥ 0 (0: d_model)"),
     ("model.conv_kernel", lambda v: v == 0 or (v > 0 and v % 2 == 1), "0 (no Conformer blocks) or an odd width"),
     ("model.ctc_weight", _probability, "in [0, 1]"),
     ("model.interctc_weight", _fraction, "in [0, 1)"),
     ("model.interctc_layer", lambda v: v >= 0, "≥ 0 (0: the middle block)"),
     ("model.label_smoothing", _fraction, "in [0, 1)"),
+    ("model.frontend", lambda v: v in ("conv2d", "whisper"), "conv2d or whisper"),
+    ("model.activation", lambda v: v in ("relu", "gelu"), "relu or gelu"),
+    ("model.positions", lambda v: v in ("sinusoidal", "whisper"), "sinusoidal or whisper"),
+    ("model.max_source_positions", lambda v: v >= 1, "≥ 1"),
+    ("model.max_target_positions", lambda v: v >= 2, "≥ 2"),
+    ("model.suppress_from", lambda v: v >= 0, "≥ 0 (0: none)"),
+    ("features.kind", lambda v: v in ("fbank", "whisper"), "fbank or whisper"),
+    ("features.pad_to_seconds", lambda v: v >= 0, "≥ 0 (0: no padding)"),
     ("train.max_epochs", lambda v: v >= 1, "≥ 1"),
     ("train.max_minutes", lambda v: v >= 0, "≥ 0 (0: no time budget)"),
     ("train.lr", lambda v: v > 0, "> 0"),
@@ -316,6 +347,12 @@ def validate(cfg: Config, where: str = "config") -> None:
         fail("model.heads", m.heads, f"a divisor of model.d_model={m.d_model}")
     if m.interctc_layer >= m.encoder_layers:
         fail("model.interctc_layer", m.interctc_layer, f"below model.encoder_layers={m.encoder_layers}")
+    if not m.ctc and (m.ctc_weight > 0 or m.interctc_weight > 0):
+        fail("model.ctc_weight", m.ctc_weight, "0 in a model without a CTC head (model.ctc: false)")
+    if (m.frontend == "whisper") != (m.subsampling == 2):
+        fail("model.subsampling", m.subsampling, "2 with model.frontend: whisper, and only with it")
+    if m.frontend == "whisper" and cfg.features.kind != "whisper":
+        fail("features.kind", cfg.features.kind, "whisper with model.frontend: whisper")
     if d.max_duration <= d.min_duration:
         fail("data.max_duration", d.max_duration, f"> data.min_duration={d.min_duration}")
 

@@ -51,7 +51,7 @@ class EncoderExport(nn.Module):
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor):
         enc, enc_lens = self.model.encode(feats, feat_lens)
-        cross = [layer.src_attn.project_kv(enc, enc) for layer in self.model.decoder.layers]
+        cross = self.model.decoder.cross_kv(enc)
         return (self.model.ctc_log_probs(enc), enc_lens, *cross)
 
 
@@ -76,16 +76,14 @@ class DecoderStepExport(nn.Module):
 
 class DecoderExport(nn.Module):
     """The whole decoder over given token sequences at once (teacher forcing; causal), for attention rescoring:
-    one call instead of a step per token. Equals `decode.cross.decoder_logits` followed by log_softmax."""
+    one call instead of a step per token. Equals `Decoder.forward_kv` followed by log_softmax."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
     def forward(self, tokens: torch.Tensor, token_lens: torch.Tensor, enc_mask: torch.Tensor, *cross: torch.Tensor):
-        from asr_transformer.decode.cross import decoder_logits
-
-        return F.log_softmax(decoder_logits(self.model, list(cross), enc_mask, tokens, token_lens).float(), dim=-1)
+        return F.log_softmax(self.model.decoder.forward_kv(list(cross), enc_mask, tokens, token_lens).float(), dim=-1)
 
 
 def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):

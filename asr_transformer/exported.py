@@ -23,9 +23,9 @@ import numpy as np
 
 from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict
 from asr_transformer.decode import Hypothesis
-from asr_transformer.fileio import read_json
-from asr_transformer.model.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 from asr_transformer.errors import UserError
+from asr_transformer.fileio import read_json
+from asr_transformer.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 
 FORMAT, VERSION = "asr-export", 1  # as export.py writes them (that module imports torch)
 EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy")

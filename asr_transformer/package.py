@@ -6,7 +6,7 @@ phone units, its pronunciation lexicon), the weights (CMVN inside), the n-gram L
 `asr package` sets its decoding defaults and LMs. Read with ``weights_only=True``, so loading never unpickles
 arbitrary objects.
 
-Integrity. The SHA-256 footer (train/checkpoint.py) catches accidental damage: a truncated copy, flipped bits.
+Integrity. The SHA-256 footer (checkpoint_io.py) catches accidental damage: a truncated copy, flipped bits.
 Loading also checks that every weight has the shape the config's model builds, so a config edited out of step
 with its weights is refused. Neither stops a deliberate edit made with care (weights zeroed, CTC rows permuted,
 a different number of heads, the footer recomputed): only a signature does. With $ASR_PACKAGE_KEY set, every
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
+from asr_transformer.checkpoint_io import CheckpointError, SignatureError, load_checkpoint, save_checkpoint
 from asr_transformer.config import Config, DecodeConfig, from_dict, to_dict, validate
 from asr_transformer.data.tokenizer import Tokenizer, tokenizer_from_bytes
 from asr_transformer.fileio import read_json
-from asr_transformer.train.checkpoint import CheckpointError, SignatureError, load_checkpoint, save_checkpoint
 
 FORMAT = "asr-model"
 DATA_SUMMARY = "data.json"  # written into an experiment folder by the trainer: the data it trains on

@@ -12,8 +12,8 @@ import math
 import os
 from pathlib import Path
 
-from asr_transformer.fileio import atomic_open
 from asr_transformer.errors import UserError
+from asr_transformer.fileio import atomic_open
 
 MAX_ATTENTION_SECONDS = 30.0  # longer audio makes an unreadable alignment plot: the start is used
 
@@ -137,27 +137,14 @@ def attention_weights(model, feats, tokens: list[int]):
         (len(tokens) + 1, T') float tensor on the CPU: row i is where the decoder looks while it predicts
         output i (tokens[i], the last row <eos>), over the encoder frames.
 
-    The model is not modified: a forward pre-hook asks the last layer's cross-attention for its weights
-    (``need_weights=True``) and a forward hook keeps them; both are removed afterwards.
+    The model is left as it was (`Decoder.cross_attention` computes the weights; train/eval mode is restored).
     """
     import torch
 
     from asr_transformer.model.mask import lengths_to_mask
-    from asr_transformer.model.tokens import SOS
+    from asr_transformer.tokens import SOS
 
     dev = next(model.parameters()).device
-    attn = model.decoder.layers[-1].src_attn
-    kept = {}
-
-    def ask(module, args, kwargs):
-        kwargs["need_weights"] = True
-        return args, kwargs
-
-    def keep(module, args, kwargs, output):
-        kept["weights"] = output[1]
-
-    handles = [attn.register_forward_pre_hook(ask, with_kwargs=True),
-               attn.register_forward_hook(keep, with_kwargs=True)]
     was_training = model.training
     model.eval()
     try:
@@ -165,12 +152,10 @@ def attention_weights(model, feats, tokens: list[int]):
             feats = feats.unsqueeze(0).to(dev)
             enc, enc_lens = model.encode(feats, torch.tensor([feats.size(1)], device=dev))
             ys = torch.tensor([[SOS] + list(tokens)], dtype=torch.long, device=dev)
-            model.decoder(enc, lengths_to_mask(enc_lens, enc.size(1)), ys, torch.tensor([ys.size(1)], device=dev))
+            weights = model.decoder.cross_attention(enc, lengths_to_mask(enc_lens, enc.size(1)), ys,
+                                                    torch.tensor([ys.size(1)], device=dev))  # (1, H, L + 1, T')
     finally:
-        for h in handles:
-            h.remove()
         model.train(was_training)
-    weights = kept["weights"]  # (1, H, L + 1, T')
     return weights[0].float().mean(0)[:, : int(enc_lens[0])].cpu()
 
 
@@ -182,10 +167,10 @@ def plot_attention(model_path: str | os.PathLike, audio_path: str | os.PathLike,
     Figure, Canvas = _matplotlib()
     import torch
 
+    from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.data.audio import AudioError, load_audio
     from asr_transformer.decode.search import DecodeError
     from asr_transformer.recognizer import Recognizer
-    from asr_transformer.train.checkpoint import CheckpointError
 
     try:  # the package's LMs are left out: the plot shows what the model itself attends to
         rec = Recognizer(model_path, device=str(device), lm=False, word_lm=False, nbest=1,

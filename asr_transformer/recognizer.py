@@ -23,25 +23,11 @@ import torch
 
 from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
+from asr_transformer.device import pick_device, synchronize
 from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize,
                                            transcriber)
 from asr_transformer.package import check_precision, load_package, read_package
 from asr_transformer.writers import write_decoding
-
-
-def pick_device(device: str) -> torch.device:
-    """"auto" → the first CUDA device if there is one, else the CPU; otherwise `device`, checked."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise DecodeError(f"--device {device}: not a device; use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DecodeError(f"--device {device}: CUDA is not available here; use --device cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise DecodeError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
-    return dev
 
 
 class Recognizer:
@@ -64,11 +50,11 @@ class Recognizer:
                  word_lm: str | os.PathLike | bool | None = None, **options):
         torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
         self.path = Path(package)
-        self.device = pick_device(device)
         try:
+            self.device = pick_device(device)
             self.precision = check_precision(precision, self.device)
-        except ValueError as e:
-            raise DecodeError(f"--precision {precision}: {e}") from None
+        except ValueError as e:  # DeviceError included
+            raise DecodeError(str(e)) from None
         state = read_package(self.path)
         self.model, self.tokenizer, self.config = load_package(self.path, self.device, self.precision, state)
         known = {f.name for f in fields(DecodeConfig)}
@@ -181,13 +167,16 @@ class Recognizer:
 
     # ------------------------------------------------------------------------------------------ files
 
-    def transcribe(self, audio, *, max_segment: float = 20.0, progress=None, speaker=None,
+    def transcribe(self, audio, *, max_segment: float | None = None, progress=None, speaker=None,
                    word_timestamps: bool = False) -> dict:
         """One audio file of any length (a path, the bytes of a file, or a 1-D float32 array at 16 kHz) →
         {"text", "segments": [{"start", "end", "text", "score"}], "duration"}; with `word_timestamps` each segment
-        also has "words": [{"word", "start", "end", "probability"}]. See `transcribe.transcribe`."""
-        from asr_transformer.transcribe import transcribe
+        also has "words": [{"word", "start", "end", "probability"}]. max_segment: seconds (None:
+        transcribe.MAX_SEGMENT). See `transcribe.transcribe`."""
+        from asr_transformer.transcribe import MAX_SEGMENT, transcribe
 
+        if max_segment is None:
+            max_segment = MAX_SEGMENT
         return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker,
                           word_timestamps=word_timestamps)
 
@@ -207,60 +196,70 @@ class Recognizer:
         `skip_bad` is left out and listed in `out/skipped.jsonl`.
         Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
         """
-        from asr_transformer.data.features import speaker_means
         from asr_transformer.decode_inputs import DecodeInputs
 
         modes = check_modes(modes or [self.options.mode])
         folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]
         inputs = DecodeInputs(manifest, folders, skip_bad)
-        utts, rate = inputs.utts, self.config.features.sample_rate
+        t0 = time.perf_counter()
+        means = self._speaker_means(inputs)
+        means_seconds = time.perf_counter() - t0  # feature time too
+        results, times = self._decode_inputs(inputs, modes, means)
+        times["features"] += means_seconds
+        kept = inputs.finish(out)
+        summary = {}
+        for m, folder in zip(modes, folders):
+            summary[m] = write_decoding(folder, [inputs.utts[i] for i in kept], [results[m][i] for i in kept],
+                                        lambda t: self.text(t, m),
+                                        {"audio": times["audio"], "decode": times[m], "features": times["features"]},
+                                        self._about(m), self.tokenizer.normalizer, score)
+            print(f"{m}: RTF {summary[m]['rtf']:.4f} ({times[m]:.2f} s decoding {times['audio']:.1f} s of audio "
+                  f"on {self.device}, {torch.get_num_threads()} threads, {self.precision}; features "
+                  f"{times['features']:.2f} s, RTF {times['features'] / max(times['audio'], 1e-9):.4f})")
+        return summary
+
+    def _speaker_means(self, inputs) -> dict | None:
+        """model.speaker_cmn: a first pass over the audio for each speaker's mean log-mel (no transcripts used);
+        None for other models."""
+        if not self.config.model.speaker_cmn:
+            return None
+        from asr_transformer.data.features import speaker_means
+
+        rate = self.config.features.sample_rate
 
         def speaker_feats(i: int) -> torch.Tensor:
             """Utterance i's log-mel (T, F); none (0, F) when its audio cannot be read."""
             wave = inputs.load(i, rate)
             return torch.zeros(0, self.config.features.num_mel_bins) if wave is None else self.features(wave)
 
-        t0 = time.perf_counter()
-        means = None  # model.speaker_cmn: a first pass over the audio for each speaker's mean (no transcripts used)
-        if self.config.model.speaker_cmn:
-            means = speaker_means([u.speaker for u in utts], speaker_feats)
+        return speaker_means([u.speaker for u in inputs.utts], speaker_feats)
+
+    def _decode_inputs(self, inputs, modes: list[str], means: dict | None) -> tuple[dict, dict]:
+        """Decode the readable utterances of `inputs` in batches with each mode. → ({mode: {index: n-best}},
+        {mode: decoding seconds, "audio": audio seconds, "features": seconds reading and computing features}).
+        Decoding time is the encoder and search, synchronized on CUDA."""
+        rate = self.config.features.sample_rate
         results: dict[str, dict[int, list[Hypothesis]]] = {m: {} for m in modes}
-        decode_time = dict.fromkeys(modes, 0.0)
-        feature_time, audio_seconds = time.perf_counter() - t0, 0.0
+        times = {**dict.fromkeys(modes, 0.0), "audio": 0.0, "features": 0.0}
         with _progress() as bar:
-            task = bar.add_task(f"decode {','.join(modes)}", total=len(utts))
+            task = bar.add_task(f"decode {','.join(modes)}", total=len(inputs.utts))
             t0 = time.perf_counter()
             for batch, waves in inputs.batches(self.options.batch_size, rate, lambda n: bar.advance(task, n)):
                 feats = [self.features(w) for w in waves]
-                audio_seconds += sum(len(w) for w in waves) / rate
+                times["audio"] += sum(len(w) for w in waves) / rate
                 lens = torch.tensor([f.size(0) for f in feats])
                 padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(self.device)
                 speaker_mean = None if means is None else torch.stack([means[i] for i in batch]).to(self.device)
-                self._synchronize()
-                feature_time += time.perf_counter() - t0
+                synchronize(self.device)
+                times["features"] += time.perf_counter() - t0
                 for m in modes:
                     t0 = time.perf_counter()
                     hyps = self.recognize(padded, lens, m, speaker_mean)
-                    self._synchronize()
-                    decode_time[m] += time.perf_counter() - t0
+                    synchronize(self.device)
+                    times[m] += time.perf_counter() - t0
                     results[m].update(zip(batch, hyps))
                 t0 = time.perf_counter()  # the next batch's reading counts as feature time
-
-        kept = inputs.finish(out)
-        summary = {}
-        for m, folder in zip(modes, folders):
-            summary[m] = write_decoding(folder, [utts[i] for i in kept], [results[m][i] for i in kept],
-                                        lambda t: self.text(t, m),
-                                        {"audio": audio_seconds, "decode": decode_time[m], "features": feature_time},
-                                        self._about(m), self.tokenizer.normalizer, score)
-            print(f"{m}: RTF {summary[m]['rtf']:.4f} ({decode_time[m]:.2f} s decoding {audio_seconds:.1f} s of audio "
-                  f"on {self.device}, {torch.get_num_threads()} threads, {self.precision}; features "
-                  f"{feature_time:.2f} s, RTF {feature_time / max(audio_seconds, 1e-9):.4f})")
-        return summary
-
-    def _synchronize(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        return results, times
 
     def _about(self, mode: str) -> dict:
         """What decided a decoding's hypotheses besides the audio, for its rtf.json: device, precision, options, LMs."""

@@ -29,7 +29,10 @@ Read top to bottom:
    to time its words. A file in which the detector finds no speech although it is not silent (a frame above
    −70 dBFS) is decoded whole, in consecutive pieces of `max_segment` (`pieces`), with a `NoSpeechWarning`:
    the detector never silently turns sound into an empty transcript.
-4. `ProgressBar` shows how far a long file is; `asr transcribe` (cli.py) uses it.
+4. `progress`, a callback of `transcribe`, hears how far a long file is (`asr transcribe` draws a bar with it).
+
+This is a library module: errors are `AudioError`s (a UserError naming the source), warnings `NoSpeechWarning`s;
+the command line (cli.py: transcribe) turns them into its one-line messages.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done
 FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
 BLOCK_SECONDS = 5.0  # audio read (and resampled) at once
 MIN_DECODE = int(0.1 * SAMPLE_RATE)  # segments shorter than this are zero-padded for the encoder
-PROGRESS_MIN_SECONDS = 60.0  # files at least this long get a progress bar
+MAX_SEGMENT = 20.0  # seconds: the longest segment decoded at once, unless a caller asks for another
 
 
 class NoSpeechWarning(UserWarning):
@@ -201,7 +204,7 @@ class Segmenter:
     returns the segments completed so far, in order. Memory: at most max_segment + one block of audio.
     """
 
-    def __init__(self, max_segment: float = 20.0, min_silence: float = 0.3, pad: float = 0.2,
+    def __init__(self, max_segment: float = MAX_SEGMENT, min_silence: float = 0.3, pad: float = 0.2,
                  min_speech: float = 0.05, dynamic_range_db: float = 40.0, noise_margin_db: float = 10.0,
                  floor_db: float = -70.0, peak_decay_db: float = 1.0, noise_rise_db: float = 0.2,
                  min_snr_db: float = 15.0, stationary_db: float = 6.0, cut_search: float = 2.0):
@@ -347,7 +350,7 @@ class Segmenter:
             self.audio0 = sample0
 
 
-def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_options) -> Iterator[Segment]:
+def iter_segments(source: AudioSource, max_segment: float = MAX_SEGMENT, **segmenter_options) -> Iterator[Segment]:
     """Stream `source` and yield its speech segments (see `Segmenter`), in order."""
     seg = Segmenter(max_segment, **segmenter_options)
     for block in stream_audio(source):
@@ -355,7 +358,7 @@ def iter_segments(source: AudioSource, max_segment: float = 20.0, **segmenter_op
     yield from seg.finish()
 
 
-def pieces(source: AudioSource, max_segment: float = 20.0) -> Iterator[Segment]:
+def pieces(source: AudioSource, max_segment: float = MAX_SEGMENT) -> Iterator[Segment]:
     """Stream `source` and yield all of it as consecutive segments of `max_segment` seconds (the last one
     shorter), without looking for speech: what `transcribe` decodes when the detector finds none."""
     size = max(1, int(round(max_segment * SAMPLE_RATE)))
@@ -409,7 +412,7 @@ def _words(recognizer, segment: Segment, tokens: list[int], text: str, log_probs
                            offset=segment.audio_start, bounds=(segment.start, segment.end))
 
 
-def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
+def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_SEGMENT,
                progress: ProgressCallback | None = None, speaker=None, word_timestamps: bool = False) -> dict:
     """Transcribe one audio file of any length.
 
@@ -484,33 +487,3 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = 20.0,
     if progress is not None:
         progress(duration, total if total is not None else duration, decoded)
     return {"text": " ".join(s["text"] for s in results), "segments": results, "duration": duration}
-
-
-# ----------------------------------------------------------------------------------------- progress
-
-
-class ProgressBar:
-    """A rich progress bar on stderr, shown only for files of at least PROGRESS_MIN_SECONDS."""
-
-    def __init__(self, label: str):
-        self.label, self.bar, self.task = label, None, None
-
-    def __call__(self, done: float, total: float | None, segments: int) -> None:
-        if self.bar is None:
-            if total is None or total < PROGRESS_MIN_SECONDS:
-                return
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                TextColumn("{task.completed:.0f}/{task.total:.0f} s audio"),
-                                TextColumn("{task.fields[segments]} segments"), TimeElapsedColumn(),
-                                TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True))
-            self.bar.start()
-            self.task = self.bar.add_task(self.label, total=total, segments=0)
-        self.bar.update(self.task, completed=min(done, self.bar.tasks[0].total), segments=segments)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None

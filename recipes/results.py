@@ -58,8 +58,8 @@ def parameters(exp: Path) -> str:
 
 def averaging(exp: Path) -> str | None:
     """`--best N --by M` (or `--last N`) as `asr average` recorded it in the package."""
+    from asr_transformer.checkpoint_io import load_checkpoint
     from asr_transformer.package import FORMAT
-    from asr_transformer.train.checkpoint import load_checkpoint
 
     info = load_checkpoint(exp / "model.pt", format=FORMAT).get("info") or {}
     if "averaged" not in info:

@@ -10,7 +10,7 @@ import pytest
 
 from asr_transformer.config import FeatureConfig
 from asr_transformer.decode.align import FrameClock, ctc_align, token_frames, word_groups, word_timestamps
-from asr_transformer.model.tokens import BLANK, UNK
+from asr_transformer.tokens import BLANK, UNK
 
 
 def collapse(path) -> list[int]:
@@ -73,7 +73,7 @@ def test_frame_clock():
     assert FrameClock.of(features, 6).first == pytest.approx(0.05 + 0.0125)
     assert FrameClock.of(features, 8).first == pytest.approx(0.07 + 0.0125)
     from asr_transformer.decode.align import _SUBSAMPLING_LAYERS
-    from asr_transformer.model.embedding import _SUBSAMPLING_LAYERS as model_layers
+    from asr_transformer.frames import SUBSAMPLING_LAYERS as model_layers
     assert _SUBSAMPLING_LAYERS == model_layers  # align.py keeps its own copy: it does not import torch
 
 

@@ -13,8 +13,8 @@ from asr_transformer.config import PRESETS, DecodeConfig, ModelConfig
 from asr_transformer.decode.ctc_prefix import CTCPrefixScorer, ctc_prefix_beam_search
 from asr_transformer.decode.search import MODES, DecodeError, attention_scores, recognize
 from asr_transformer.model.asr import ASRModel
-from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS
 from asr_transformer.package import check_precision, resolve_precision
+from asr_transformer.tokens import BLANK, EOS, MASK, SOS
 
 torch.set_num_threads(1)
 VOCAB, FEAT = 12, 20
@@ -166,7 +166,6 @@ def test_joint_scores_add_up():
 
 
 def test_cached_cross_attention_decoder_equals_decoder():
-    from asr_transformer.decode.cross import cross_kv, decoder_logits
     from asr_transformer.model.mask import lengths_to_mask
 
     m = make_model()
@@ -176,13 +175,13 @@ def test_cached_cross_attention_decoder_equals_decoder():
     with torch.inference_mode():
         enc, enc_lens = m.encode(feats, lens)
         enc_mask = lengths_to_mask(enc_lens, enc.size(1))
-        kv = cross_kv(m, enc)
+        kv = m.decoder.cross_kv(enc)
         valid = lengths_to_mask(token_lens, 6)
         for causal in (True, False):
             ref = m.decoder(enc, enc_mask, tokens, token_lens, causal=causal)
-            got = decoder_logits(m, kv, enc_mask, tokens, token_lens, causal=causal)
+            got = m.decoder.forward_kv(kv, enc_mask, tokens, token_lens, causal=causal)
             torch.testing.assert_close(got[valid], ref[valid], atol=1e-5, rtol=1e-5)
-            got = decoder_logits(m, kv, enc_mask, tokens, token_lens, causal=causal, select=valid)
+            got = m.decoder.forward_kv(kv, enc_mask, tokens, token_lens, causal=causal, select=valid)
             torch.testing.assert_close(got, ref[valid], atol=1e-5, rtol=1e-5)
 
 

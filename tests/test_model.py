@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from asr_transformer.config import PRESETS, ModelConfig
+from asr_transformer.frames import subsampled_length
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.model.attention import MultiHeadAttention
-from asr_transformer.model.embedding import Conv2dSubsampling, subsampled_length
 from asr_transformer.model.mask import causal_mask, lengths_to_mask
-from asr_transformer.model.tokens import EOS, SOS
+from asr_transformer.model.subsampling import Conv2dSubsampling
+from asr_transformer.tokens import EOS, SOS
 
 torch.set_num_threads(1)
 VOCAB, FEAT = 16, 20
@@ -283,7 +284,7 @@ def test_dropout_edges():
 
 def test_conformer_depthwise_conv_equals_conv1d():
     """The conv2d-on-a-view depthwise convolution is the module's Conv1d, values and gradients."""
-    from asr_transformer.model.encoder import ConvModule
+    from asr_transformer.model.conformer import ConvModule
 
     torch.manual_seed(0)
     module = ConvModule(d_model=12, kernel=5)

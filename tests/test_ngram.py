@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from asr_transformer.decode.ngram import NgramError, NgramLM, train_ngram
-from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
+from asr_transformer.tokens import BLANK, EOS, MASK, SOS, UNK
 from tests.test_decode import make_batch, make_model, opts, tokens_of
 
 V = 8

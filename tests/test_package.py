@@ -148,7 +148,7 @@ def resave(src: Path, dst: Path, edit) -> None:
     import hashlib
     import io
 
-    from asr_transformer.train.checkpoint import FOOTER, FOOTER_LEN, SIGNATURE, SIGNATURE_LEN
+    from asr_transformer.checkpoint_io import FOOTER, FOOTER_LEN, SIGNATURE, SIGNATURE_LEN
 
     body = src.read_bytes()[:-FOOTER_LEN]
     signed = body[-SIGNATURE_LEN:].startswith(SIGNATURE)
@@ -187,8 +187,8 @@ def signed(tiny_package, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("edit", [zero_encoder, permute_ctc, four_heads])
 def test_an_edited_package_with_a_recomputed_footer_is_refused_only_with_the_key(signed, tmp_path, monkeypatch, edit):
+    from asr_transformer.checkpoint_io import SignatureError
     from asr_transformer.package import load_package
-    from asr_transformer.train.checkpoint import SignatureError
 
     resave(signed, tmp_path / "edited.pt", edit)
     monkeypatch.delenv("ASR_PACKAGE_KEY")
@@ -208,8 +208,8 @@ def test_an_edited_package_with_a_recomputed_footer_is_refused_only_with_the_key
 
 
 def test_a_signed_package_round_trips_and_an_unsigned_one_needs_signing(tiny_package, signed, tmp_path):
+    from asr_transformer.checkpoint_io import SignatureError, is_signed, load_checkpoint
     from asr_transformer.package import load_package
-    from asr_transformer.train.checkpoint import SignatureError, is_signed, load_checkpoint
 
     model, _, _ = load_package(signed)  # ASR_PACKAGE_KEY is set
     original = load_checkpoint(tiny_package / "model.pt", format="asr-model")["weights"]  # no key: not checked
@@ -236,9 +236,9 @@ def test_a_signed_package_round_trips_and_an_unsigned_one_needs_signing(tiny_pac
 
 
 def test_a_config_out_of_step_with_the_weights_is_refused(tiny_package, tmp_path, monkeypatch):
+    from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.config import ConfigError
     from asr_transformer.package import load_package
-    from asr_transformer.train.checkpoint import CheckpointError
 
     monkeypatch.delenv("ASR_PACKAGE_KEY", raising=False)
 

@@ -13,7 +13,7 @@ from asr_transformer.data.lexicon import LexiconError, pronunciations, read_lexi
 from asr_transformer.data.phones import train_phone_tokenizer
 from asr_transformer.data.tokenizer import load_tokenizer, tokenizer_from_bytes
 from asr_transformer.decode.ngram import NgramLM, train_ngram
-from asr_transformer.model.tokens import EOS, SOS, UNK
+from asr_transformer.tokens import EOS, SOS, UNK
 
 LEXICON = """;;; a CMUdict-style excerpt
 the  DH AH0

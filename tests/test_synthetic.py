@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from asr_transformer.data import grammar
+from asr_transformer.data.corpora import grammar
 from asr_transformer.data.manifest import read_manifest
 
 SPLITS = ("train", "dev", "test")

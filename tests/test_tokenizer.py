@@ -1,8 +1,8 @@
 import pytest
 
 from asr_transformer.data.tokenizer import Tokenizer, train_tokenizer
-from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
 from asr_transformer.text import NormalizerConfig
+from asr_transformer.tokens import BLANK, EOS, MASK, SOS, UNK
 
 TEXTS = ["Hello, World!", "The quick brown fox jumps over the lazy dog.", "Don't stop me now",
          "twenty-one pilots", "A B C D E F G"] * 30

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from asr_transformer.checkpoint_io import CheckpointError, load_checkpoint, save_checkpoint
 from asr_transformer.config import load_config
 from asr_transformer.package import average_checkpoints, load_package
-from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_inverse_sqrt
 from asr_transformer.train.trainer import TrainError, train
 

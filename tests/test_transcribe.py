@@ -23,9 +23,9 @@ from asr_transformer.config import Config, apply_preset
 from asr_transformer.data.audio import AudioError, load_audio, resample
 from asr_transformer.data.tokenizer import train_tokenizer
 from asr_transformer.model.asr import ASRModel
-from asr_transformer.model.tokens import BLANK, EOS
 from asr_transformer.package import load_package, save_package
 from asr_transformer.recognizer import Recognizer
+from asr_transformer.tokens import BLANK, EOS
 from asr_transformer.transcribe import NoSpeechWarning, Segmenter, iter_segments, stream_audio
 from tests.conftest import ALPHABET, speak
 

@@ -1,5 +1,6 @@
-"""Log-mel filterbank features (Kaldi-compatible, with Kaldi's VTLN warp), global CMVN statistics, per-speaker
-means, augmentation (speed perturbation, white noise, a random microphone, SpecAugment).
+"""Log-mel filterbank features (Kaldi-compatible, with Kaldi's VTLN warp; or Whisper's log-mel spectrogram),
+global CMVN statistics, per-speaker means, augmentation (speed perturbation, white noise, a random microphone,
+SpecAugment).
 
 `fbank` matches ``torchaudio.compliance.kaldi.fbank`` for the same settings (povey window,
 pre-emphasis 0.97, DC removal, power spectrum, snip edges, mel floor 20 Hz) but is vectorized
@@ -73,7 +74,9 @@ def povey_window(length: int) -> torch.Tensor:
 
 
 def num_frames(num_samples: int, cfg: FeatureConfig = FeatureConfig()) -> int:
-    """Frames `fbank` makes from `num_samples` samples (snip edges)."""
+    """Frames `fbank` makes from `num_samples` samples (Kaldi: snip edges; Whisper: one per hop, padding included)."""
+    if cfg.kind == "whisper":
+        return max(num_samples, int(cfg.pad_to_seconds * cfg.sample_rate)) // WHISPER_HOP
     win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
     hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
     return 0 if num_samples < win else 1 + (num_samples - win) // hop
@@ -86,7 +89,11 @@ def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: 
 
     Finite input gives finite output: a waveform peaking above MAX_FBANK_PEAK (whose power would overflow
     float32) is scaled down to that peak and its log-energies raised by 2·log of the scale, which leaves every
-    other waveform's features as they were, bit for bit."""
+    other waveform's features as they were, bit for bit.
+
+    With ``cfg.kind == "whisper"`` this is `whisper_log_mel` (no dither or warp)."""
+    if cfg.kind == "whisper":
+        return whisper_log_mel(waveform, cfg.num_mel_bins, int(cfg.pad_to_seconds * cfg.sample_rate))
     win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
     hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
     padded = 1 << (win - 1).bit_length()
@@ -102,6 +109,60 @@ def fbank(waveform: torch.Tensor, cfg: FeatureConfig = FeatureConfig(), dither: 
     power = torch.fft.rfft(frames, n=padded).abs().pow(2)  # (frames, padded // 2 + 1)
     mel = power @ mel_banks(cfg.num_mel_bins, padded, cfg.sample_rate, warp=warp).to(frames.device).T
     return torch.clamp(mel, min=torch.finfo(torch.float32).eps).log() + 2 * gain.log()
+
+
+# ---------------------------------------------------------------- Whisper's log-mel spectrogram
+
+WHISPER_FFT, WHISPER_HOP = 400, 160  # 25 ms window, 10 ms hop at 16 kHz
+
+
+def _slaney_mel(hz: torch.Tensor) -> torch.Tensor:
+    """Slaney's mel scale: linear below 1 kHz (3 mels per 200 Hz), logarithmic above."""
+    log_step = math.log(6.4) / 27.0
+    return torch.where(hz < 1000.0, 3.0 * hz / 200.0, 15.0 + torch.log(hz.clamp(min=1e-10) / 1000.0) / log_step)
+
+
+def _slaney_hz(mel: torch.Tensor) -> torch.Tensor:
+    log_step = math.log(6.4) / 27.0
+    return torch.where(mel < 15.0, 200.0 * mel / 3.0, 1000.0 * torch.exp(log_step * (mel - 15.0)))
+
+
+@lru_cache(maxsize=4)
+def slaney_mel_banks(num_bins: int, n_fft: int = WHISPER_FFT, sample_rate: int = 16000) -> torch.Tensor:
+    """Triangular filters on Slaney's mel scale from 0 Hz to Nyquist, each normalised to unit area (librosa's
+    default `filters.mel`, which Whisper uses) → (num_bins, n_fft // 2 + 1), float32."""
+    fft_hz = torch.linspace(0.0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)
+    edges = _slaney_hz(torch.linspace(0.0, float(_slaney_mel(torch.tensor(sample_rate / 2.0))), num_bins + 2,
+                                      dtype=torch.float64))
+    left, center, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    up = (fft_hz - left) / (center - left)
+    down = (right - fft_hz) / (right - center)
+    banks = torch.clamp(torch.minimum(up, down), min=0.0) * (2.0 / (right - left))
+    return banks.float()
+
+
+def whisper_log_mel(waveform: torch.Tensor, num_bins: int = 80, pad_to: int = 0) -> torch.Tensor:
+    """Whisper's features: (samples,) float in [-1, 1] → (samples // 160, num_bins).
+
+    Power STFT (periodic Hann window of 400, hop 160, centred with reflected edges, the last frame dropped), Slaney
+    mel filters, log10 floored at 1e-10 and at 8 below the utterance's peak, then (x + 4) / 4. `pad_to`: zero-pad
+    the waveform to that many samples first (Whisper pads to 30 s).
+    """
+    if waveform.numel() < pad_to:
+        waveform = torch.nn.functional.pad(waveform, (0, pad_to - waveform.numel()))
+    frames = waveform.numel() // WHISPER_HOP
+    if frames == 0:
+        return waveform.new_zeros(0, num_bins)
+    padded = waveform
+    if waveform.numel() <= WHISPER_FFT // 2:  # too short to reflect: zeros beyond the end
+        padded = torch.nn.functional.pad(waveform, (0, WHISPER_FFT // 2 + 1 - waveform.numel()))
+    window = torch.hann_window(WHISPER_FFT, device=waveform.device)
+    spec = torch.stft(padded.float(), WHISPER_FFT, WHISPER_HOP, window=window, return_complex=True)
+    power = spec[:, :frames].abs().pow(2)  # (bins, frames)
+    mel = slaney_mel_banks(num_bins, WHISPER_FFT).to(power.device) @ power
+    log_mel = torch.clamp(mel, min=1e-10).log10()
+    log_mel = torch.maximum(log_mel, log_mel.max() - 8.0)
+    return ((log_mel + 4.0) / 4.0).T.contiguous()
 
 
 # ---------------------------------------------------------------- global CMVN

@@ -28,8 +28,8 @@ from asr_transformer.data.features import (add_noise, fbank, num_frames, random_
                                            speed_perturb)
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import Tokenizer
-from asr_transformer.model.embedding import subsampled_length
-from asr_transformer.model.tokens import UNK
+from asr_transformer.frames import subsampled_length
+from asr_transformer.tokens import UNK
 
 log = logging.getLogger(__name__)
 

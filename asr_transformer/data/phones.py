@@ -26,9 +26,10 @@ from typing import Iterable
 import numpy as np
 
 from asr_transformer.data.lexicon import ENDING_PHONES, Lexicon, parse_lexicon, pronunciations, read_lexicon
+from asr_transformer.data.tokenizer_format import FORMAT, VERSION
 from asr_transformer.fileio import atomic_open, write_json
-from asr_transformer.model.tokens import MASK, SPECIAL_TOKENS, UNK
 from asr_transformer.text import NormalizerConfig, normalize
+from asr_transformer.tokens import MASK, SPECIAL_TOKENS, UNK
 
 WORD_START = "▁"
 
@@ -61,8 +62,6 @@ class PhoneTokenizer:
         return cls(lexicon, list(meta["phones"]), NormalizerConfig(**meta["normalizer"]), model_bytes)
 
     def meta(self) -> dict:
-        from asr_transformer.data.tokenizer import FORMAT, VERSION
-
         return {"format": FORMAT, "version": VERSION, "model_type": self.model_type,
                 "normalizer": asdict(self.normalizer), "phones": self._pieces[MASK + 2:]}
 

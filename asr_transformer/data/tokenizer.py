@@ -1,6 +1,7 @@
 """sentencepiece tokenizer with fixed special ids and the project's text normalizer.
 
-`load_tokenizer` and `tokenizer_from_bytes` also read the other kind, phones (data/phones.py).
+`load_tokenizer` and `tokenizer_from_bytes` also read the other kinds: phones (data/phones.py) and, from a
+package, Whisper's BPE (data/whisper_tokenizer.py).
 
 Ids 0-4 are reserved and the same for every model: 0 ``<blank>`` (CTC blank, also padding),
 1 ``<unk>``, 2 ``<sos>`` (BEGIN), 3 ``<eos>`` (END), 4 ``<mask>`` (Mask-CTC). A tokenizer is a
@@ -18,12 +19,11 @@ from typing import Iterable
 
 import sentencepiece as spm
 
+from asr_transformer.data.tokenizer_format import FORMAT, VERSION
 from asr_transformer.fileio import atomic_open, read_json, write_json
-from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS, UNK
 from asr_transformer.text import NormalizerConfig, normalize
+from asr_transformer.tokens import BLANK, EOS, MASK, SOS, UNK
 
-FORMAT = "asr-tokenizer"
-VERSION = 1
 MODEL_TYPES = ("unigram", "bpe", "char")
 
 
@@ -35,11 +35,27 @@ def load_tokenizer(directory: str | os.PathLike):
         from asr_transformer.data.phones import PhoneTokenizer
 
         return PhoneTokenizer.load(directory, _checked(meta, meta_path))
+    if meta.get("model_type") == "whisper":
+        from asr_transformer.data.whisper_tokenizer import WhisperTokenizer
+
+        return WhisperTokenizer.from_bytes((Path(directory) / "tokenizer.model").read_bytes(), _checked(meta, meta_path))
     return Tokenizer(directory)
 
 
+def model_options(tokenizer) -> dict:
+    """The model options (config.ModelConfig) a tokenizer fixes: its vocabulary size, and for Whisper's the
+    decoder's prompt and the ids it must not emit."""
+    if hasattr(tokenizer, "model_options"):
+        return tokenizer.model_options()
+    return {"vocab_size": tokenizer.vocab_size}
+
+
 def tokenizer_from_bytes(model_bytes: bytes, meta: dict):
-    """Rebuild either kind of tokenizer from what a model package stores."""
+    """Rebuild any kind of tokenizer from what a model package stores."""
+    if meta.get("model_type") == "whisper":
+        from asr_transformer.data.whisper_tokenizer import WhisperTokenizer
+
+        return WhisperTokenizer.from_bytes(model_bytes, meta)
     if meta.get("model_type") == "phone":
         from asr_transformer.data.phones import PhoneTokenizer
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asr_transformer.model.tokens import BLANK, MASK
+from asr_transformer.tokens import BLANK, MASK
 
 WORD_START = "▁"
 # (kernel, stride) of each conv2d subsampling layer, as model/embedding.py's _SUBSAMPLING_LAYERS

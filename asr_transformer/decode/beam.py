@@ -22,151 +22,238 @@ another utterance, so only the self-attention cache is reordered between steps.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.ctc_prefix import CTCPrefixScorer
 from asr_transformer.decode.greedy import mask_not_output, max_lengths
 from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.model.tokens import EOS, SOS
+from asr_transformer.tokens import EOS, SOS
 
 NEG_INF = float("-inf")
 FLOOR = -1e30  # scores are clamped here before weighting, so 0·(-inf) never makes a NaN
+DEFAULTS = DecodeConfig()  # the decoding defaults (written in config.py only)
 
 
-def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = 10, *,
-                ctc_log_probs: torch.Tensor | None = None, ctc_weight: float = 0.3, length_penalty: float = 0.0,
-                max_len_ratio: float = 1.0, nbest: int = 1, pre_beam: int | None = None,
-                lm=None, lm_weight: float = 0.0) -> list[list[Hypothesis]]:
+@dataclass
+class _Search:
+    """The fixed inputs of one search: sizes, weights and scorers."""
+
+    W: int  # beam
+    K: int  # candidates per hypothesis (V: all)
+    V: int  # vocabulary
+    M: int  # decoder layers: cache[:M] self-attention, cache[M:] cross-attention
+    lam: float  # λ, the CTC weight (0 without CTC)
+    length_penalty: float
+    lm_weight: float
+    nbest: int
+    limit: torch.Tensor  # (B,) most tokens per utterance
+    scorer: CTCPrefixScorer | None
+    lm: object
+    dev: torch.device
+
+
+@dataclass
+class _Beams:
+    """The running hypotheses: W rows per active utterance, and the finished ones of every utterance."""
+
+    ys: torch.Tensor  # (N, t) <sos> and the tokens so far
+    log_probs: torch.Tensor  # (N, V) the decoder's log p_att of the next token
+    cache: list  # the decoder's key/value cache
+    enc: torch.Tensor  # (N, T', D)
+    enc_mask: torch.Tensor  # (N, T')
+    att: torch.Tensor  # (N,) attention log-probability of each running hypothesis
+    lm_total: torch.Tensor  # (N,) its LM log-probability (with an LM)
+    score: torch.Tensor  # (N,) its score; -inf = an empty slot
+    ctc_state: object  # the CTC prefix scorer's state (joint)
+    active: list[int]  # original utterance index of each group of W rows
+    finished: list[list[Hypothesis]]
+
+
+@dataclass
+class _Step:
+    """One step's candidates: the new attention (and LM) totals, CTC prefix scores, and the weighted total."""
+
+    cand: torch.Tensor  # (N, Kc) candidate tokens
+    att_new: torch.Tensor  # (N, Kc)
+    psi: torch.Tensor | None  # (N, Kc) CTC prefix scores (joint)
+    lm_new: torch.Tensor | None  # (N, Kc) LM totals (with an LM)
+    total: torch.Tensor  # (n, W·Kc) weighted score, -inf where not allowed
+    forced: torch.Tensor  # (n,) utterances at their length limit
+
+
+def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DEFAULTS.beam, *,
+                ctc_log_probs: torch.Tensor | None = None, ctc_weight: float = DEFAULTS.ctc_weight,
+                length_penalty: float = DEFAULTS.length_penalty, max_len_ratio: float = DEFAULTS.max_len_ratio,
+                nbest: int = 1, pre_beam: int | None = None, lm=None, lm_weight: float = 0.0) -> list[list[Hypothesis]]:
     """Batched attention (or joint CTC/attention) beam search.
 
     Args:
         model: ASRModel; enc (B, T', D), enc_lens (B,).
+        beam, ctc_weight, length_penalty, max_len_ratio: as config.DecodeConfig (whose defaults these are).
         ctc_log_probs: (B, T', V) CTC log-posteriors for joint decoding; None = attention only (ctc_weight unused).
         ctc_weight: λ. With λ = 0 the result equals attention-only beam search (the CTC scores are computed but
             weigh nothing).
         pre_beam: candidates per hypothesis scored by CTC (default max(beam, 1.5·beam)); 0 = the full vocabulary.
-        lm: an NgramLM over the model's tokens (decode/ngram.py) for shallow fusion, weighted by lm_weight (β).
+        lm: an NgramLM over the model's tokens (decode/ngram.py) for shallow fusion, weighted by lm_weight (β;
+            0 unless given).
     Returns:
         per utterance up to `nbest` hypotheses, best first; score = the weighted sum above, with parts
         {"att": log p_att, "ctc": log P_ctc, "lm": log p_lm} (ctc only in joint mode, lm only with an LM).
     """
-    B, T, _ = enc.shape
-    W, dev = beam, enc.device
-    if W < 1 or nbest < 1 or nbest > W:
+    if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 ≤ nbest ≤ beam, got beam={beam}, nbest={nbest}")
     scorer = CTCPrefixScorer(ctc_log_probs, enc_lens) if ctc_log_probs is not None else None
-    lam = float(ctc_weight) if scorer is not None else 0.0
+    search, beams = _start(model, enc, enc_lens, beam, scorer, pre_beam, max_len_ratio)
+    search.lam = float(ctc_weight) if scorer is not None else 0.0
+    search.length_penalty, search.lm, search.lm_weight, search.nbest = length_penalty, lm, lm_weight, nbest
+    step = 0
+    while beams.active:
+        step += 1  # tokens of the candidates, <eos> included
+        cands = _score_candidates(search, beams, step)
+        sel_row, sel_col, sel_tok, sel_val = _advance_or_finish(search, beams, cands)
+        if not beams.active:
+            break
+        # advance the running hypotheses
+        beams.ys = torch.cat([beams.ys[sel_row], sel_tok.unsqueeze(1)], 1)
+        beams.att, beams.score = cands.att_new[sel_row, sel_col], sel_val
+        if cands.lm_new is not None:
+            beams.lm_total = cands.lm_new[sel_row, sel_col]
+        beams.cache = [c[sel_row] for c in beams.cache[:search.M]] + beams.cache[search.M:]
+        if scorer is not None:
+            beams.ctc_state = scorer.advance(beams.ctc_state, sel_row, sel_tok)
+        beams.log_probs, beams.cache = model.decoder_step(beams.enc, beams.enc_mask, beams.ys, beams.cache)
+
+    out = []
+    for fin in beams.finished:
+        fin = sorted(fin, key=lambda h: h.score, reverse=True)[:nbest]
+        out.append(fin or [Hypothesis([], NEG_INF)])
+    return out
+
+
+def _start(model, enc, enc_lens, W: int, scorer, pre_beam: int | None, max_len_ratio: float) -> tuple[_Search, _Beams]:
+    """The first decoder step on one row per utterance (it computes the cross-attention keys/values once), then
+    each utterance's row expanded to W beams, of which only the first is live."""
+    B, T, _ = enc.shape
+    dev = enc.device
     limit = max_lengths(enc_lens, max_len_ratio)
     enc_mask = lengths_to_mask(enc_lens.to(dev), T)
-
-    # first step on one row per utterance (computes the cross-attention keys/values once), then expand
     ys = torch.full((B, 1), SOS, dtype=torch.long, device=dev)
     log_probs, cache = model.decoder_step(enc, enc_mask, ys)
     V, M = log_probs.size(-1), len(cache) // 2
     K = V if scorer is None or pre_beam == 0 else min(V - 1, max(W, pre_beam or int(1.5 * W)))
     rows = torch.arange(B, device=dev).repeat_interleave(W)
-    log_probs, cache, ys = log_probs[rows], [c[rows] for c in cache], ys[rows]
-    enc, enc_mask = enc[rows], enc_mask[rows]
-    att = torch.zeros(B * W, device=dev)  # attention log-probability of each running hypothesis
-    lm_total = torch.zeros(B * W, device=dev)  # its LM log-probability (with an LM)
-    score = torch.tensor([0.0] + [NEG_INF] * (W - 1), device=dev).repeat(B)  # -inf = an empty slot
-    state = scorer.initial_state(rows) if scorer is not None else None
-    eos_col = torch.tensor([EOS], device=dev)
-    active = list(range(B))  # original utterance index of each group of W rows
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    step = 0
-    while active:
-        step += 1  # tokens of the candidates, <eos> included
-        n = len(active)
-        log_probs = mask_not_output(log_probs)
-        lm_lp = lm.next_log_probs(ys) if lm is not None else None  # (N, V)
-        if K < V:  # pre-beam: the best K non-<eos> tokens by attention (and LM), and <eos>
-            rank = log_probs if lm_lp is None else (1.0 - lam) * log_probs + lm_weight * lm_lp.clamp(min=FLOOR)
-            cand = torch.cat([rank.index_fill(-1, eos_col, NEG_INF).topk(K, -1).indices, eos_col.expand(n * W, 1)], 1)
-            cand_lp = log_probs.gather(1, cand)
-        else:
-            cand, cand_lp = torch.arange(V, device=dev).expand(n * W, V), log_probs
-        Kc = cand.size(1)
-        att_new = att.unsqueeze(1) + cand_lp  # (N, Kc)
-        psi = None
-        if scorer is None:
-            total = att_new + length_penalty * step
-        else:  # with λ = 0 this is the line above exactly (1·x + 0·ψ = x for every finite x)
-            psi = scorer.score(state, cand).clamp(min=FLOOR).float()
-            total = (1.0 - lam) * att_new.clamp(min=FLOOR) + lam * psi + length_penalty * step
-        lm_new = None
-        if lm_lp is not None:  # with β = 0 the total is unchanged (every term is finite)
-            lm_new = (lm_total.unsqueeze(1) + lm_lp.gather(1, cand)).clamp(min=FLOOR)
-            total = total + lm_weight * lm_new
-        bad = torch.isinf(att_new) | torch.isinf(score).unsqueeze(1)
-        forced = limit[active] < step  # hypotheses already hold the most tokens allowed: <eos> only
-        if forced.any():
-            bad |= forced.to(dev).repeat_interleave(W).unsqueeze(1) & (cand != EOS)
-        total = total.masked_fill(bad, NEG_INF).view(n, W * Kc)
+    search = _Search(W=W, K=K, V=V, M=M, lam=0.0, length_penalty=0.0, lm_weight=0.0, nbest=1, limit=limit,
+                     scorer=scorer, lm=None, dev=dev)
+    beams = _Beams(ys=ys[rows], log_probs=log_probs[rows], cache=[c[rows] for c in cache], enc=enc[rows],
+                   enc_mask=enc_mask[rows], att=torch.zeros(B * W, device=dev), lm_total=torch.zeros(B * W, device=dev),
+                   score=torch.tensor([0.0] + [NEG_INF] * (W - 1), device=dev).repeat(B),
+                   ctc_state=scorer.initial_state(rows) if scorer is not None else None,
+                   active=list(range(B)), finished=[[] for _ in range(B)])
+    return search, beams
 
-        top_val, top_idx = total.topk(min(2 * W, W * Kc), 1)  # (n, 2W)
-        top_row = top_idx // Kc + torch.arange(n, device=dev).unsqueeze(1) * W  # global row
-        top_col = top_idx % Kc
-        top_tok = cand[top_row, top_col]
-        is_eos = top_tok == EOS
-        run = torch.argsort(is_eos.int(), dim=1, stable=True)[:, :W]  # best W non-<eos>, in score order
-        sel_row, sel_col = top_row.gather(1, run).flatten(), top_col.gather(1, run).flatten()
-        sel_tok, sel_val = top_tok.gather(1, run).flatten(), top_val.gather(1, run)
 
-        # finished hypotheses: <eos> among the first W (one transfer to the CPU per step)
-        ev_row, ev_col = top_row[:, :W], top_col[:, :W]
-        ev_att = att_new[ev_row, ev_col]
-        ev_ctc = psi[ev_row, ev_col] if psi is not None else torch.zeros_like(ev_att)
-        ev_lm = lm_new[ev_row, ev_col] if lm_new is not None else torch.zeros_like(ev_att)
-        packed = torch.stack([top_val[:, :W], is_eos[:, :W].float(), ev_att, ev_ctc,
-                              sel_val[:, :1].expand(n, W), ev_lm], -1).cpu()  # (n, W, 6)
-        events = (packed[..., 1] > 0) & (packed[..., 0] > NEG_INF)
-        if events.any():
-            ev_idx = events.nonzero()
-            ev_i = ev_idx.to(dev)
-            ev_tokens = ys[ev_row[ev_i[:, 0], ev_i[:, 1]]].cpu()
-            for (i, j), toks in zip(ev_idx.tolist(), ev_tokens):
-                val, _, a, c, _, lm_part = packed[i, j].tolist()
-                parts = {"att": a, "ctc": c} if scorer is not None else {"att": a}
-                if lm is not None:
-                    parts["lm"] = lm_part
-                finished[active[i]].append(Hypothesis(toks[1:].tolist(), val, parts))
-        done = []
-        for i, b in enumerate(active):
-            best_running = float(packed[i, 0, 4])
-            fin = finished[b]
-            if forced[i] or best_running == NEG_INF:
+def _score_candidates(s: _Search, beams: _Beams, step: int) -> _Step:
+    """Each running hypothesis' candidate tokens (pre-pruned to K and <eos> in joint mode) and their weighted
+    scores λ·ψ + (1 − λ)·att + β·lm + length_penalty·step, -inf where not allowed."""
+    W, V, dev = s.W, s.V, s.dev
+    n = len(beams.active)
+    log_probs = mask_not_output(beams.log_probs)
+    lm_lp = s.lm.next_log_probs(beams.ys) if s.lm is not None else None  # (N, V)
+    if s.K < V:  # pre-beam: the best K non-<eos> tokens by attention (and LM), and <eos>
+        eos_col = torch.tensor([EOS], device=dev)
+        rank = log_probs if lm_lp is None else (1.0 - s.lam) * log_probs + s.lm_weight * lm_lp.clamp(min=FLOOR)
+        cand = torch.cat([rank.index_fill(-1, eos_col, NEG_INF).topk(s.K, -1).indices, eos_col.expand(n * W, 1)], 1)
+        cand_lp = log_probs.gather(1, cand)
+    else:
+        cand, cand_lp = torch.arange(V, device=dev).expand(n * W, V), log_probs
+    Kc = cand.size(1)
+    att_new = beams.att.unsqueeze(1) + cand_lp  # (N, Kc)
+    psi = None
+    if s.scorer is None:
+        total = att_new + s.length_penalty * step
+    else:  # with λ = 0 this is the line above exactly (1·x + 0·ψ = x for every finite x)
+        psi = s.scorer.score(beams.ctc_state, cand).clamp(min=FLOOR).float()
+        total = (1.0 - s.lam) * att_new.clamp(min=FLOOR) + s.lam * psi + s.length_penalty * step
+    lm_new = None
+    if lm_lp is not None:  # with β = 0 the total is unchanged (every term is finite)
+        lm_new = (beams.lm_total.unsqueeze(1) + lm_lp.gather(1, cand)).clamp(min=FLOOR)
+        total = total + s.lm_weight * lm_new
+    bad = torch.isinf(att_new) | torch.isinf(beams.score).unsqueeze(1)
+    forced = s.limit[beams.active] < step  # hypotheses already hold the most tokens allowed: <eos> only
+    if forced.any():
+        bad |= forced.to(dev).repeat_interleave(W).unsqueeze(1) & (cand != EOS)
+    total = total.masked_fill(bad, NEG_INF).view(n, W * Kc)
+    return _Step(cand, att_new, psi, lm_new, total, forced)
+
+
+def _advance_or_finish(s: _Search, beams: _Beams, c: _Step) -> tuple:
+    """Take each utterance's best 2·W candidates: those ending in <eos> among the first W become finished
+    hypotheses, the best W others the next running ones; utterances that are done leave the batch.
+    → (rows, columns, tokens, scores) of the running candidates kept, one per remaining row."""
+    W, dev = s.W, s.dev
+    n, Kc = len(beams.active), c.cand.size(1)
+    top_val, top_idx = c.total.topk(min(2 * W, W * Kc), 1)  # (n, 2W)
+    top_row = top_idx // Kc + torch.arange(n, device=dev).unsqueeze(1) * W  # global row
+    top_col = top_idx % Kc
+    top_tok = c.cand[top_row, top_col]
+    is_eos = top_tok == EOS
+    run = torch.argsort(is_eos.int(), dim=1, stable=True)[:, :W]  # best W non-<eos>, in score order
+    sel_row, sel_col = top_row.gather(1, run).flatten(), top_col.gather(1, run).flatten()
+    sel_tok, sel_val = top_tok.gather(1, run).flatten(), top_val.gather(1, run)
+    packed = _finish(s, beams, c, top_val, top_row[:, :W], top_col[:, :W], is_eos, sel_val)
+    done = _done(s, beams, c.forced, packed)
+    sel_val = sel_val.flatten()
+    if done:  # done utterances leave the batch
+        done_set = set(done)
+        keep_groups = [i for i in range(n) if i not in done_set]
+        beams.active = [beams.active[i] for i in keep_groups]
+        if not beams.active:
+            return sel_row, sel_col, sel_tok, sel_val
+        keep = (torch.tensor(keep_groups, device=dev).unsqueeze(1) * W + torch.arange(W, device=dev)).flatten()
+        sel_row, sel_col, sel_tok, sel_val = sel_row[keep], sel_col[keep], sel_tok[keep], sel_val[keep]
+        beams.cache = beams.cache[:s.M] + [x[keep] for x in beams.cache[s.M:]]
+        beams.enc, beams.enc_mask = beams.enc[keep], beams.enc_mask[keep]
+    return sel_row, sel_col, sel_tok, sel_val
+
+
+def _finish(s: _Search, beams: _Beams, c: _Step, top_val, ev_row, ev_col, is_eos, sel_val) -> torch.Tensor:
+    """Record the candidates ending in <eos> among each utterance's first W as finished hypotheses (one transfer
+    to the CPU per step). → the packed (n, W, 6) scores: total, is <eos>, att, ctc, best running total, lm."""
+    W, n = s.W, len(beams.active)
+    ev_att = c.att_new[ev_row, ev_col]
+    ev_ctc = c.psi[ev_row, ev_col] if c.psi is not None else torch.zeros_like(ev_att)
+    ev_lm = c.lm_new[ev_row, ev_col] if c.lm_new is not None else torch.zeros_like(ev_att)
+    packed = torch.stack([top_val[:, :W], is_eos[:, :W].float(), ev_att, ev_ctc,
+                          sel_val[:, :1].expand(n, W), ev_lm], -1).cpu()  # (n, W, 6)
+    events = (packed[..., 1] > 0) & (packed[..., 0] > NEG_INF)
+    if events.any():
+        ev_idx = events.nonzero()
+        ev_i = ev_idx.to(s.dev)
+        ev_tokens = beams.ys[ev_row[ev_i[:, 0], ev_i[:, 1]]].cpu()
+        for (i, j), toks in zip(ev_idx.tolist(), ev_tokens):
+            val, _, a, ctc, _, lm_part = packed[i, j].tolist()
+            parts = {"att": a, "ctc": ctc} if s.scorer is not None else {"att": a}
+            if s.lm is not None:
+                parts["lm"] = lm_part
+            beams.finished[beams.active[i]].append(Hypothesis(toks[1:].tolist(), val, parts))
+    return packed
+
+
+def _done(s: _Search, beams: _Beams, forced: torch.Tensor, packed: torch.Tensor) -> list[int]:
+    """Positions in `beams.active` of the utterances whose search is over: at the length limit, nothing left
+    running, or an n-best whose worst scores at least the best running hypothesis."""
+    done = []
+    for i, b in enumerate(beams.active):
+        best_running = float(packed[i, 0, 4])
+        fin = beams.finished[b]
+        if forced[i] or best_running == NEG_INF:
+            done.append(i)
+        elif len(fin) >= s.nbest:
+            kth = sorted((h.score for h in fin), reverse=True)[s.nbest - 1]
+            if kth >= best_running:
                 done.append(i)
-            elif len(fin) >= nbest:
-                kth = sorted((h.score for h in fin), reverse=True)[nbest - 1]
-                if kth >= best_running:
-                    done.append(i)
-
-        sel_val = sel_val.flatten()
-        if done:  # done utterances leave the batch
-            done_set = set(done)
-            keep_groups = [i for i in range(n) if i not in done_set]
-            active = [active[i] for i in keep_groups]
-            if not active:
-                break
-            keep = (torch.tensor(keep_groups, device=dev).unsqueeze(1) * W + torch.arange(W, device=dev)).flatten()
-            sel_row, sel_col, sel_tok, sel_val = sel_row[keep], sel_col[keep], sel_tok[keep], sel_val[keep]
-            cache = cache[:M] + [c[keep] for c in cache[M:]]
-            enc, enc_mask = enc[keep], enc_mask[keep]
-
-        # advance the running hypotheses
-        ys = torch.cat([ys[sel_row], sel_tok.unsqueeze(1)], 1)
-        att, score = att_new[sel_row, sel_col], sel_val
-        if lm_new is not None:
-            lm_total = lm_new[sel_row, sel_col]
-        cache = [c[sel_row] for c in cache[:M]] + cache[M:]
-        if scorer is not None:
-            state = scorer.advance(state, sel_row, sel_tok)
-        log_probs, cache = model.decoder_step(enc, enc_mask, ys, cache)
-
-    out = []
-    for fin in finished:
-        fin = sorted(fin, key=lambda h: h.score, reverse=True)[:nbest]
-        out.append(fin or [Hypothesis([], NEG_INF)])
-    return out
+    return done

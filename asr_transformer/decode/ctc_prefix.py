@@ -30,7 +30,7 @@ import torch
 
 from asr_transformer.decode import Hypothesis
 from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.model.tokens import BLANK, EOS
+from asr_transformer.tokens import BLANK, EOS
 
 NEG_INF = float("-inf")
 LOG_FLOOR = -1e4  # log-probabilities are clamped here (e^-10000 is 0 anyway): keeps every sum finite

@@ -11,7 +11,7 @@ import torch
 
 from asr_transformer.decode import Hypothesis
 from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS
+from asr_transformer.tokens import BLANK, EOS, MASK, SOS
 
 NOT_OUTPUT = (BLANK, SOS, MASK)  # ids the attention decoder never emits (never a training target)
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from asr_transformer.decode.ngram import NgramLM
-from asr_transformer.model.tokens import EOS, MASK, SOS, UNK
+from asr_transformer.tokens import EOS, MASK, SOS, UNK
 
 NEG_INF = float("-inf")
 NO_WORD = -1.0e4  # <eos> inside a word that spells none yet: a last resort, so that a search cut short still ends

@@ -19,9 +19,8 @@ import torch
 
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.ctc_prefix import ctc_greedy
-from asr_transformer.decode.cross import cross_kv, decoder_logits
 from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.model.tokens import BLANK, EOS, MASK, SOS
+from asr_transformer.tokens import BLANK, EOS, MASK, SOS
 
 NOT_FILLED = (BLANK, SOS, EOS, MASK)  # a masked position is never filled with these
 
@@ -50,7 +49,7 @@ def maskctc_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, ctc_log_pro
         rounds = torch.where(n_mask >= iterations, torch.full_like(n_mask, iterations), n_mask)
         per_round = n_mask // rounds.clamp(min=1)
         enc_mask = lengths_to_mask(enc_lens.to(enc.device), enc.size(1))
-        kv = cross_kv(model, enc)  # encoder keys/values projected once for all rounds
+        kv = model.decoder.cross_kv(enc)  # encoder keys/values projected once for all rounds
         y = tokens.masked_fill(masked, MASK)
         not_filled = torch.tensor(NOT_FILLED, device=enc.device)
         rows = torch.arange(B, device=enc.device)  # the utterances that still have masks (ascending)
@@ -62,8 +61,8 @@ def maskctc_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, ctc_log_pro
                 rows, kv, enc_mask = rows[left], [c[left] for c in kv], enc_mask[left]
             # the decoder sees every position (no causal mask); outputs are needed at masked positions only
             width = int(lens[rows].max())
-            logits = decoder_logits(model, kv, enc_mask, y[rows, :width], lens[rows], causal=False,
-                                    select=masked[rows, :width])  # (masked positions, V), in the order of `masked`
+            logits = model.decoder.forward_kv(kv, enc_mask, y[rows, :width], lens[rows], causal=False,
+                                              select=masked[rows, :width])  # (masked positions, V), in the order of `masked`
             best_lp, best = torch.log_softmax(logits.float(), -1).index_fill(-1, not_filled, float("-inf")).max(-1)
             pred_lp = torch.full(y.shape, float("-inf"), device=y.device).masked_scatter(masked, best_lp)
             pred = y.masked_scatter(masked, best)

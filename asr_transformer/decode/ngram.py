@@ -32,8 +32,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from asr_transformer.model.tokens import BLANK, EOS, MASK, NUM_SPECIAL, SOS, UNK
 from asr_transformer.errors import UserError
+from asr_transformer.tokens import BLANK, EOS, MASK, NUM_SPECIAL, SOS, UNK
 
 LN10 = math.log(10.0)
 NOT_PREDICTED = (BLANK, SOS, MASK)  # never an LM outcome (as for the attention decoder)

@@ -21,13 +21,12 @@ import torch
 from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.beam import beam_search
-from asr_transformer.decode.cross import cross_kv, decoder_logits
 from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
 from asr_transformer.decode.greedy import greedy_search
 from asr_transformer.decode.maskctc import maskctc_search
-from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.model.tokens import EOS, IGNORE_ID, PAD, SOS
 from asr_transformer.errors import UserError
+from asr_transformer.model.mask import lengths_to_mask
+from asr_transformer.tokens import EOS, IGNORE_ID, PAD, SOS
 
 __all__ = ["MODES", "Hypothesis", "recognize", "attention_scores", "check_modes", "read_lm", "fusion_lm",
            "transcriber"]
@@ -73,8 +72,8 @@ def attention_scores(model, enc: torch.Tensor, enc_lens: torch.Tensor, utt: torc
         target[m, len(s)] = EOS
     ys_in, target, lens, utt = ys_in.to(dev), target.to(dev), lens.to(dev), utt.to(dev)
     enc_mask = lengths_to_mask(enc_lens.to(dev), enc.size(1))
-    kv = [c[utt] for c in cross_kv(model, enc)]
-    logits = decoder_logits(model, kv, enc_mask[utt], ys_in, lens + 1)
+    kv = [c[utt] for c in model.decoder.cross_kv(enc)]
+    logits = model.decoder.forward_kv(kv, enc_mask[utt], ys_in, lens + 1)
     log_probs = torch.log_softmax(logits.float(), -1)
     lp = log_probs.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return (lp * (target != IGNORE_ID)).sum(1)
@@ -159,24 +158,25 @@ def read_lm(source, tokenizer, words: bool, where: str | None = None):
     from asr_transformer.decode.word_lm import WORD_START
 
     pieces = None if words else tokenizer.pieces(range(tokenizer.vocab_size))
-    flag = "--word-lm" if words else "--lm"
+    kind = "word LM" if words else "token LM"
     try:
         if isinstance(source, (bytes, bytearray)):
-            lm = NgramLM.from_packed(source, pieces, where or flag)
+            lm = NgramLM.from_packed(source, pieces, where or kind)
         else:
             lm = NgramLM.read_arpa(source, pieces)
     except (NgramError, OSError, UnicodeDecodeError) as e:
-        raise DecodeError(f"{flag}: {e}") from None
+        raise DecodeError(f"{kind}: {e}") from None
     if words and any(w.startswith(WORD_START) for w in lm.words):
-        raise DecodeError(f"{flag} {where or source}: its words are a tokenizer's pieces; train a word LM with "
-                          "`asr lm --words` (or pass this one as --lm)")
+        raise DecodeError(f"word LM {where or source}: its words are a tokenizer's pieces; train a word LM with "
+                          "`asr lm --words` (or use this one as the token LM)")
     return lm
 
 
-def fusion_lm(tokenizer, token_lm=None, lm_weight: float = 0.5, word_lm=None, word_lm_weight: float = 0.0):
+def fusion_lm(tokenizer, token_lm=None, lm_weight: float = DecodeConfig.lm_weight, word_lm=None,
+              word_lm_weight: float = DecodeConfig.word_lm_weight):
     """The LM to fuse and the weight to fuse it with: (None, β) without any; (token_lm, β) with a token LM alone;
     with a word LM a WordBoundaryLM that applies both weights itself, with weight 1 — for a phone model a
-    LexiconLM, which also keeps the search to the words of the word LM."""
+    LexiconLM, which also keeps the search to the words of the word LM. The weights default to DecodeConfig's."""
     from asr_transformer.decode.word_lm import WordBoundaryLM
 
     if word_lm is None:

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from asr_transformer.decode.ngram import NgramLM
-from asr_transformer.model.tokens import EOS, MASK, SOS, UNK
+from asr_transformer.tokens import EOS, MASK, SOS, UNK
 
 WORD_START = "▁"  # sentencepiece's mark of a piece that begins a word
 _CACHE_ROWS = 1 << 16  # prefix states kept between calls before the cache is emptied

@@ -1,5 +1,5 @@
 """The whole model: CMVN → encoder → (CTC head, attention decoder); the training losses; the pieces
-the decoders need (encode, CTC log-probs, one decoder step)."""
+the decoders need (encode, CTC log-probs, one decoder step; the decoder's other passes: `ASRModel.decoder`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from asr_transformer.config import ModelConfig
+from asr_transformer.errors import UserError
+from asr_transformer.model import cmvn
 from asr_transformer.model.ctc import CTC
 from asr_transformer.model.decoder import Decoder
 from asr_transformer.model.encoder import Encoder
 from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.model.tokens import BLANK, EOS, IGNORE_ID, MASK, NUM_SPECIAL, PAD, SOS, UNK  # noqa: F401
+from asr_transformer.tokens import EOS, IGNORE_ID, MASK, NUM_SPECIAL, PAD, SOS
 
 
 def label_smoothed_ce(logits: torch.Tensor, targets: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -33,10 +35,14 @@ def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return ((logits.argmax(-1) == targets) & valid).sum() / valid.sum().clamp(min=1)
 
 
+class NoCTCError(UserError, ValueError):
+    """A decoding mode that needs the CTC head, asked of a model without one."""
+
+
 class ASRModel(nn.Module):
     """Transformer encoder-decoder with a joint CTC head (Watanabe et al. 2017; WeNet/ESPnet style).
 
-    Token ids are fixed (asr_transformer.model.tokens): BLANK = PAD = 0, UNK = 1, SOS = 2, EOS = 3, MASK = 4.
+    Token ids are fixed (asr_transformer.tokens): BLANK = PAD = 0, UNK = 1, SOS = 2, EOS = 3, MASK = 4.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -60,14 +66,12 @@ class ASRModel(nn.Module):
         self.register_buffer("cmvn_istd", torch.ones(cfg.input_dim))
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.ctc = CTC(cfg.d_model, cfg.vocab_size)
+        self.ctc = CTC(cfg.d_model, cfg.vocab_size) if cfg.ctc else None
 
     def set_cmvn(self, mean, std) -> None:
-        """Global CMVN statistics, (input_dim,) each; features become (x - mean) / std."""
-        mean = torch.as_tensor(mean, dtype=torch.float32)
-        std = torch.as_tensor(std, dtype=torch.float32)
-        self.cmvn_mean.copy_(mean)
-        self.cmvn_istd.copy_(1.0 / std.clamp(min=1e-5))
+        """Global CMVN statistics, (input_dim,) each; features become (x - mean) / std (model/cmvn.py)."""
+        self.cmvn_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.cmvn_istd.copy_(cmvn.inverse_std(std))
 
     def count_parameters(self) -> int:
         """Trainable parameters (a tied embedding counts once)."""
@@ -80,13 +84,9 @@ class ASRModel(nn.Module):
         """CMVN: raw log-mel (B, T, input_dim) → normalised, same shape. With model.speaker_cmn, `speaker_mean`
         (B, input_dim), each utterance's speaker's mean log-mel (`data.features.speaker_means`), replaces the
         global mean; without it (or with model.utterance_cmn) each utterance's own mean does."""
-        if self.cfg.speaker_cmn and speaker_mean is not None:
-            return (feats - speaker_mean.to(feats.dtype).unsqueeze(1)) * self.cmvn_istd
-        if self.cfg.utterance_cmn or self.cfg.speaker_cmn:  # each utterance's mean over its own frames
-            valid = lengths_to_mask(feat_lens, feats.size(1)).unsqueeze(-1)
-            mean = (feats * valid).sum(1, keepdim=True) / feat_lens.clamp(min=1).view(-1, 1, 1)
-            return (feats - mean) * self.cmvn_istd
-        return (feats - self.cmvn_mean) * self.cmvn_istd
+        return cmvn.normalize(feats, feat_lens, self.cmvn_mean, self.cmvn_istd,
+                              per_utterance=self.cfg.utterance_cmn or self.cfg.speaker_cmn,
+                              speaker_mean=speaker_mean if self.cfg.speaker_cmn else None)
 
     def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor,
                speaker_mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,9 +94,10 @@ class ASRModel(nn.Module):
         → enc (B, T', D), enc_lens (B,)."""
         feats = self.normalize(feats, feat_lens, speaker_mean)
         dtype = self.encoder_dtype
+        head = self.ctc.proj if self.ctc is not None else None
         if dtype == torch.float32:
-            return self.encoder(feats, feat_lens, self.ctc.proj)
-        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens, self.ctc.proj)
+            return self.encoder(feats, feat_lens, head)
+        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens, head)
         return enc.float(), enc_lens
 
     @property
@@ -113,10 +114,16 @@ class ASRModel(nn.Module):
 
     def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
         """enc (B, T', D) → (B, T', vocab) float32 log-probabilities."""
-        return self.ctc.log_probs(enc)
+        return self._ctc_head().log_probs(enc)
 
     def ctc_greedy(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
-        return self.ctc.greedy(enc, enc_lens)
+        return self._ctc_head().greedy(enc, enc_lens)
+
+    def _ctc_head(self) -> CTC:
+        if self.ctc is None:
+            raise NoCTCError("this model has no CTC head (model.ctc: false, e.g. an imported Whisper): decode with "
+                             "mode beam or greedy, or import it with a CTC head and fine-tune that")
+        return self.ctc
 
     def decoder_step(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
                      cache: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:

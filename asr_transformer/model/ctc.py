@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.model.tokens import BLANK
+from asr_transformer.tokens import BLANK
 
 
 class CTC(nn.Module):

@@ -1,5 +1,18 @@
 """The decoder: token embedding + positional encoding → M × [masked self-attention, cross-attention,
-feed-forward] → linear over the vocabulary. Autoregressive (causal) or, for Mask-CTC, not."""
+feed-forward] → linear over the vocabulary. Autoregressive (causal) or, for Mask-CTC, not.
+
+The decoder owns every way of running it:
+
+- `Decoder.forward`: whole sequences (training; `causal=False` for Mask-CTC);
+- `Decoder.step`: one new position at a time, with a key/value cache (greedy and beam search);
+- `Decoder.cross_kv` + `Decoder.forward_kv`: whole sequences with the encoder output projected to the
+  cross-attention keys/values once and reused (Mask-CTC's iterations, rescoring an n-best list);
+- `Decoder.cross_attention`: a layer's cross-attention weights, for plots.
+
+A decoder with a prompt (`model.decoder_prompt`, Whisper's start sequence) reads those ids before BEGIN in every
+pass; the caller never sees them: inputs and outputs are the positions from BEGIN on. In decoding (`step`) the
+ids of `model.suppress_tokens`, and every id from `model.suppress_from` on, get probability 0.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +23,9 @@ from torch import nn
 from asr_transformer.config import ModelConfig
 from asr_transformer.model.attention import MultiHeadAttention
 from asr_transformer.model.dropout import Dropout
-from asr_transformer.model.embedding import PositionalEncoding
-from asr_transformer.model.encoder import FeedForward
-from asr_transformer.model.mask import causal_mask, lengths_to_mask
+from asr_transformer.model.feedforward import ACTIVATIONS, FeedForward
+from asr_transformer.model.mask import causal_mask, key_padding_mask, lengths_to_mask
+from asr_transformer.model.positional import make_positions
 
 LayerCache = tuple[torch.Tensor, torch.Tensor]  # (self-attention K|V (N, L, 2D), cross-attention K|V (N, T', 2D))
 
@@ -22,11 +35,11 @@ class DecoderLayer(nn.Module):
     and feed-forward, each with dropout, residual and LayerNorm (pre- or post-, as EncoderLayer)."""
 
     def __init__(self, d_model: int, heads: int, ffn_dim: int, dropout: float = 0.1,
-                 attention_dropout: float = 0.0, pre_norm: bool = True):
+                 attention_dropout: float = 0.0, pre_norm: bool = True, activation: type[nn.Module] = nn.ReLU):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
         self.src_attn = MultiHeadAttention(d_model, heads, attention_dropout)
-        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout, activation)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
@@ -45,20 +58,39 @@ class DecoderLayer(nn.Module):
             (B, L, D), and the updated cache (None when `cache` is None).
         """
         self_kv, cross_kv = cache if cache is not None else (None, None)
+        x, self_kv = self._masked_self_attention(x, mask, self_kv)
+        x, cross_kv, _ = self._cross_attention(x, memory, memory_mask, cross_kv)
+        x = self._feed_forward(x)
+        return x, (None if cache is None else (self_kv, cross_kv))
+
+    def cross_attention_weights(self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor,
+                                memory_mask: torch.Tensor) -> torch.Tensor:
+        """This layer's cross-attention weights for the layer input `x` (arguments as `forward`, no cache):
+        (B, H, L, T')."""
+        x, _ = self._masked_self_attention(x, mask, None)
+        return self._cross_attention(x, memory, memory_mask, None, need_weights=True)[2]
+
+    # each sub-layer with its dropout, residual and LayerNorm: x + f(LayerNorm(x)), or LayerNorm(x + f(x))
+
+    def _masked_self_attention(self, x, mask, kv):
         if self.pre_norm:
             h = self.norm1(x)
-            a, _, self_kv = self.self_attn(h, h, h, mask, self_kv)
-            x = x + self.dropout(a)
-            a, _, cross_kv = self.src_attn(self.norm2(x), memory, memory, memory_mask, cross_kv)
-            x = x + self.dropout(a)
-            x = x + self.dropout(self.ffn(self.norm3(x)))
-        else:
-            a, _, self_kv = self.self_attn(x, x, x, mask, self_kv)
-            x = self.norm1(x + self.dropout(a))
-            a, _, cross_kv = self.src_attn(x, memory, memory, memory_mask, cross_kv)
-            x = self.norm2(x + self.dropout(a))
-            x = self.norm3(x + self.dropout(self.ffn(x)))
-        return x, (None if cache is None else (self_kv, cross_kv))
+            a, _, kv = self.self_attn(h, h, h, mask, kv)
+            return x + self.dropout(a), kv
+        a, _, kv = self.self_attn(x, x, x, mask, kv)
+        return self.norm1(x + self.dropout(a)), kv
+
+    def _cross_attention(self, x, memory, memory_mask, kv, need_weights=False):
+        if self.pre_norm:
+            a, weights, kv = self.src_attn(self.norm2(x), memory, memory, memory_mask, kv, need_weights=need_weights)
+            return x + self.dropout(a), kv, weights
+        a, weights, kv = self.src_attn(x, memory, memory, memory_mask, kv, need_weights=need_weights)
+        return self.norm2(x + self.dropout(a)), kv, weights
+
+    def _feed_forward(self, x):
+        if self.pre_norm:
+            return x + self.dropout(self.ffn(self.norm3(x)))
+        return self.norm3(x + self.dropout(self.ffn(x)))
 
 
 class Decoder(nn.Module):
@@ -68,15 +100,25 @@ class Decoder(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)  # ×√d in PositionalEncoding → unit scale
-        self.pos = PositionalEncoding(cfg.d_model, cfg.dropout)
+        self.pos = make_positions(cfg, "decoder")
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.pre_norm)
+            DecoderLayer(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.dropout, cfg.attention_dropout, cfg.pre_norm,
+                         ACTIVATIONS[cfg.activation])
             for _ in range(cfg.decoder_layers)
         )
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else nn.Identity()
         self.output = nn.Linear(cfg.d_model, cfg.vocab_size)
         if cfg.tie_embeddings:
             self.output.weight = self.embed.weight
+        self.prompt_len = len(cfg.decoder_prompt)
+        self.register_buffer("prompt", torch.tensor(cfg.decoder_prompt, dtype=torch.long), persistent=False)
+        suppressed = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+        suppressed[list(cfg.suppress_tokens)] = True
+        if cfg.suppress_from:
+            suppressed[cfg.suppress_from:] = True
+        self.register_buffer("suppressed", suppressed if suppressed.any() else None, persistent=False)
+        # at most this many tokens after BEGIN (END included) fit a fixed position table; None: no limit
+        self.max_tokens = (cfg.max_target_positions - self.prompt_len - 1) if cfg.positions == "whisper" else None
 
     def forward(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
                 token_lens: torch.Tensor, causal: bool = True) -> torch.Tensor:
@@ -90,15 +132,13 @@ class Decoder(nn.Module):
         Returns:
             logits (B, L, vocab).
         """
-        L = tokens.size(1)
-        mask = lengths_to_mask(token_lens, L).unsqueeze(1)  # (B, 1, L)
-        if causal:
-            mask = mask & causal_mask(L, tokens.device)  # (B, L, L)
+        tokens, token_lens = self._with_prompt(tokens, token_lens)
+        mask = self._self_mask(tokens, token_lens, causal)
         x = self.pos(self.embed(tokens))
         memory_mask = enc_mask.unsqueeze(1)
         for layer in self.layers:
             x, _ = layer(x, mask, enc, memory_mask)
-        return self.output(self.norm(x))
+        return self.output(self.norm(self._after_prompt(x)))
 
     def step(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
              cache: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -118,6 +158,7 @@ class Decoder(nn.Module):
         the first call). Reorder or select hypotheses for beam search with `[c[idx] for c in cache]`
         (index `enc` and `enc_mask` the same way).
         """
+        tokens, _ = self._with_prompt(tokens)
         M, (N, L) = len(self.layers), tokens.shape
         if cache is None:
             start, memory = 0, enc
@@ -129,7 +170,7 @@ class Decoder(nn.Module):
         # masks that would allow everything are left out (the attention then skips the masking work):
         # one new position sees every earlier one, and a batch without padded frames needs no memory mask
         mask = causal_mask(L, tokens.device)[start:].unsqueeze(0) if L - start > 1 else None  # (1, L - start, L)
-        memory_mask = None if bool(enc_mask.all()) else enc_mask.unsqueeze(1)
+        memory_mask = self._memory_mask(enc_mask)
         x = self.pos(self.embed(tokens[:, start:]), offset=start)
         new_self, new_cross = [], []
         for layer, layer_cache in zip(self.layers, layer_caches):
@@ -137,4 +178,80 @@ class Decoder(nn.Module):
             new_self.append(self_kv)
             new_cross.append(cross_kv)
         logits = self.output(self.norm(x[:, -1]))
+        if self.suppressed is not None:
+            logits = logits.masked_fill(self.suppressed, float("-inf"))
         return F.log_softmax(logits.float(), dim=-1), new_self + new_cross
+
+    def cross_kv(self, enc: torch.Tensor) -> list[torch.Tensor]:
+        """Cross-attention keys|values of every layer: enc (B, T', D) → M tensors (B, T', 2D), the format of
+        `step`'s cache[M:], for `forward_kv`.
+
+        Index every tensor with the same rows (`[c[rows] for c in kv]`) to share an utterance among hypotheses.
+        """
+        return [layer.src_attn.project_kv(enc, enc) for layer in self.layers]
+
+    def forward_kv(self, kv: list[torch.Tensor], enc_mask: torch.Tensor, tokens: torch.Tensor,
+                   token_lens: torch.Tensor, causal: bool = True, select: torch.Tensor | None = None) -> torch.Tensor:
+        """`forward` with the encoder's keys/values already projected (`cross_kv`): for callers that run the
+        decoder many times over one encoder output (Mask-CTC's iterations, rescoring each hypothesis of an
+        n-best list). The logits equal `forward`'s (tests/test_decode.py checks it).
+
+        Args:
+            kv: from `cross_kv`, rows matching `tokens`; enc_mask (N, T') bool.
+            tokens (N, L) (padding must be a valid id), token_lens (N,); causal as `forward`.
+            select: optional (N, L) bool: compute the output layer only at these positions.
+        Returns:
+            (N, L, V) logits, or (n_selected, V) with `select`.
+        """
+        tokens, token_lens = self._with_prompt(tokens, token_lens)
+        N, L = tokens.shape
+        # masks that allow everything are left out (the attention then skips the masking work)
+        mask = key_padding_mask(token_lens, L)  # (N, 1, L) or None
+        if causal:
+            mask = causal_mask(L, tokens.device).unsqueeze(0) if mask is None else mask & causal_mask(L, tokens.device)
+        memory_mask = self._memory_mask(enc_mask)
+        x = self.pos(self.embed(tokens))
+        for layer, layer_kv in zip(self.layers, kv):  # no self-attention cache: every position is computed here
+            x, _ = layer(x, mask, None, memory_mask, (None, layer_kv))
+        x = self.norm(self._after_prompt(x))
+        if select is not None:
+            x = x[select]
+        return self.output(x)
+
+    def cross_attention(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
+                        token_lens: torch.Tensor, layer: int = -1) -> torch.Tensor:
+        """Where the decoder looks: the cross-attention weights of layer `layer` (default the last) for the
+        teacher-forced `tokens` (arguments as `forward`, causal), (B, H, L, T'). The model is not modified."""
+        tokens, token_lens = self._with_prompt(tokens, token_lens)
+        mask = self._self_mask(tokens, token_lens, causal=True)
+        x = self.pos(self.embed(tokens))
+        memory_mask = enc_mask.unsqueeze(1)
+        layers = self.layers[: range(len(self.layers))[layer] + 1]
+        for below in layers[:-1]:
+            x, _ = below(x, mask, enc, memory_mask)
+        return layers[-1].cross_attention_weights(x, mask, enc, memory_mask)[:, :, self.prompt_len:]
+
+    def _with_prompt(self, tokens: torch.Tensor, token_lens: torch.Tensor | None = None):
+        """(B, L) tokens, (B,) lengths → the same with the prompt's P ids in front: (B, P + L), lengths + P."""
+        if not self.prompt_len:
+            return tokens, token_lens
+        prompted = torch.cat([self.prompt.expand(tokens.size(0), -1), tokens], 1)
+        return prompted, (None if token_lens is None else token_lens + self.prompt_len)
+
+    def _after_prompt(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, P + L, D) → (B, L, D): the positions from BEGIN on."""
+        return x[:, self.prompt_len:] if self.prompt_len else x
+
+    @staticmethod
+    def _self_mask(tokens: torch.Tensor, token_lens: torch.Tensor, causal: bool) -> torch.Tensor:
+        """The self-attention mask of `forward`: (B, 1, L) key padding, and with `causal` (B, L, L)."""
+        L = tokens.size(1)
+        mask = lengths_to_mask(token_lens, L).unsqueeze(1)  # (B, 1, L)
+        if causal:
+            mask = mask & causal_mask(L, tokens.device)  # (B, L, L)
+        return mask
+
+    @staticmethod
+    def _memory_mask(enc_mask: torch.Tensor) -> torch.Tensor | None:
+        """(N, 1, T') encoder key-padding mask, or None when no frame is padded (the attention skips the masking)."""
+        return None if bool(enc_mask.all()) else enc_mask.unsqueeze(1)

@@ -1,10 +1,10 @@
 """Dropout with cheap random masks on the CPU.
 
 ``nn.Dropout`` on a CPU draws one Bernoulli sample per element, which costs about as much as a
-matrix multiply of the same tensor (18 % of a `small` training step in a profile). Here one
-64-bit draw gives the coin flips of four elements: each 16-bit quarter is compared with a
-threshold, so an element is kept with probability ``1 - round(p · 65536) / 65536`` and kept
-values are scaled by the inverse of exactly that probability (the expectation is unchanged).
+matrix multiply of the same tensor. Here one 64-bit draw gives the coin flips of four elements:
+each 16-bit quarter is compared with a threshold, so an element is kept with probability
+``1 - round(p · 65536) / 65536`` and kept values are scaled by the inverse of exactly that
+probability (the expectation is unchanged).
 On other devices this is ``F.dropout``, whose kernels are already fused there.
 """
 

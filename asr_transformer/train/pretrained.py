@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from asr_transformer.package import read_package
-from asr_transformer.train.checkpoint import CheckpointError
+from asr_transformer.checkpoint_io import CheckpointError
 from asr_transformer.errors import UserError
+from asr_transformer.package import read_package
 
 CMVN_BUFFERS = ("cmvn_mean", "cmvn_istd")
 

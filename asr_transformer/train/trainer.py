@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -31,17 +32,18 @@ from asr_transformer.config import Config, save_config, to_dict
 from asr_transformer.data.features import CMVNAccumulator, fbank, load_cmvn, save_cmvn
 from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, filter_utterances, make_loader,
                                          utterance_frames)
+from asr_transformer.checkpoint_io import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
-from asr_transformer.data.tokenizer import Tokenizer, load_tokenizer
-from asr_transformer.model.asr import ASRModel
+from asr_transformer.data.tokenizer import Tokenizer, load_tokenizer, model_options
+from asr_transformer.device import DeviceError, autocast, autocast_dtype, pick_device
+from asr_transformer.errors import UserError
 from asr_transformer.fileio import atomic_open, write_json
+from asr_transformer.model.asr import ASRModel
 from asr_transformer.package import DATA_SUMMARY, resolve_precision
 from asr_transformer.train import experiment
-from asr_transformer.train.checkpoint import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.train.pretrained import PretrainedError, load_pretrained
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
-from asr_transformer.errors import UserError
 
 
 class TrainError(UserError, RuntimeError):
@@ -87,12 +89,6 @@ def compute_cmvn(manifest, out, features=None) -> int:
     mean, std = acc.stats()
     save_cmvn(out, mean, std, acc.frames)
     return acc.frames
-
-
-def pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def _rng_state() -> dict:
@@ -151,16 +147,14 @@ class _Distributed:
             torch.distributed.destroy_process_group()
 
 
-def _autocast(device: torch.device, precision: str):
-    if precision == "fp32":
-        return torch.autocast(device.type, enabled=False)
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if precision == "fp16":
-        if device.type != "cuda":
-            raise TrainError("train.precision=fp16 needs CUDA; use bf16 on CPUs")
-        return torch.autocast("cuda", dtype=torch.float16)
-    raise TrainError(f"train.precision={precision!r}: use auto, fp32, bf16 or fp16")
+def _check_precision(precision: str, dev: torch.device) -> None:
+    """TrainError unless `precision` (resolved) can run on `dev`; checked once, before the first batch."""
+    try:
+        autocast_dtype(dev, precision)
+    except DeviceError:
+        if precision == "fp16":
+            raise TrainError("train.precision=fp16 needs CUDA; use bf16 on CPUs") from None
+        raise TrainError(f"train.precision={precision!r}: use auto, fp32, bf16 or fp16") from None
 
 
 @torch.no_grad()
@@ -173,7 +167,7 @@ def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: s
     utts, tokens, pairs = 0, 0, []
     for batch in loader:
         batch = batch.to(device)
-        with _autocast(device, precision):
+        with autocast(device, precision):
             enc, enc_lens = model.encode(batch.feats, batch.feat_lens, batch.speaker_mean)
             out = model.losses(enc, enc_lens, batch.tokens, batch.token_lens, mask_ctc=mask_ctc)
         n, t = len(batch.ids), int(batch.token_lens.sum()) + len(batch.ids)
@@ -223,35 +217,168 @@ def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device:
                       stop_after_batches, force)
 
 
+@dataclass
+class _Run:
+    """What a training run holds from its setup to its end: the config, the device, the data, the model and its
+    optimizer, where training stands (`state`), and the bookkeeping of saving and stopping."""
+
+    cfg: Config
+    exp: Path
+    dev: torch.device
+    dist: _Distributed
+    precision: str
+    tokenizer: Tokenizer
+    say: Callable[..., None]
+    sampler: FrameBatchSampler = None
+    train_loader: object = None
+    dev_loader: object = None
+    model: ASRModel = None
+    ddp: torch.nn.Module = None  # the model, wrapped in DistributedDataParallel with several processes
+    optimizer: torch.optim.Optimizer = None
+    scaler: torch.amp.GradScaler = None
+    steps_per_epoch: int = 1
+    warmup: int = 0
+    state: Progress = field(default_factory=Progress)
+    stop_after_batches: int | None = None
+    stop_signal: int | None = None  # SIGINT or SIGTERM, once one arrived
+    writer: object = None  # TensorBoard's SummaryWriter (rank 0, when installed)
+    batches_run: int = 0  # batches run in this call
+    last_save: float = 0.0  # time.monotonic() of the last save of last.pt
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.exp / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.ckpt_dir / "last.pt"
+
+    @property
+    def log_path(self) -> Path:
+        return self.exp / "train_log.jsonl"
+
+    def epochs(self) -> int:
+        """Epochs in the plan: train.max_epochs, or fewer when train.max_minutes would not fit them."""
+        tc = self.cfg.train
+        return min(tc.max_epochs, self.state.planned) if tc.max_minutes > 0 and self.state.planned else tc.max_epochs
+
+    def running(self) -> bool:
+        """Whether another epoch is to run: the plan is not done and the time budget not spent."""
+        return self.state.epoch < self.epochs() and not _out_of_time(self.state, self.cfg.train.max_minutes)
+
+    def save_last(self) -> None:
+        """Save where training stands into last.pt (rank 0)."""
+        if self.dist.main:
+            save_checkpoint(self.last, {"weights": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                                        "scaler": self.scaler.state_dict(), "progress": asdict(self.state),
+                                        "rng": _rng_state(), "config": to_dict(self.cfg)})
+        self.last_save = time.monotonic()
+
+
+@dataclass
+class _Epoch:
+    """One epoch's counters while it runs (what survives a resume is in Progress)."""
+
+    n_batches: int  # batches of the epoch
+    total_steps: int  # where the schedule ends: epoch 0's steps × the planned epochs
+    started: float  # time.monotonic() at its start (of this call's part of it)
+    elapsed_before: float  # training seconds before it started
+    micro: int = 0  # micro-batches accumulated since the last optimizer step
+    frames_done: int = 0  # feature frames trained on in this call
+    last_norm: float | None = None  # the last finite gradient norm
+
+
 def _train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, device: str, threads: int,
            stop_after_batches: int | None, force: bool) -> Progress:
+    run = _setup(cfg, train_manifest, dev_manifest, tokenizer_dir, exp, device, threads, force)
+    run.stop_after_batches = stop_after_batches
+
+    def on_signal(signum, _frame):
+        run.stop_signal = signum
+
+    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    run.writer = _tensorboard(exp) if run.dist.main else None
+    run.last_save = time.monotonic()
+    tc = run.cfg.train
+    try:
+        while run.running():
+            epoch = run_epoch(run)
+            if epoch is None:  # interrupted inside the epoch (last.pt saved)
+                return run.state
+            end_epoch(run, epoch)
+            if run.stop_signal is not None:
+                run.say("stopped after the epoch; re-run the same command to resume")
+                return run.state
+        if tc.max_minutes > 0 and run.state.epoch < tc.max_epochs:
+            run.say(f"training time limit: {run.state.epoch} of train.max_epochs={tc.max_epochs} epochs in "
+                    f"{run.state.elapsed / 60:.1f} min (train.max_minutes={tc.max_minutes:g})")
+        return run.state
+    finally:
+        for s, handler in old_handlers.items():
+            signal.signal(s, handler)
+        if run.writer is not None:
+            run.writer.close()
+        run.dist.close()
+
+
+# ------------------------------------------------------------------------------------------------ setup
+
+
+def _setup(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, device: str, threads: int,
+           force: bool) -> _Run:
+    """Device, processes, tokenizer, the experiment folder and its CMVN, data, model, optimizer, and the state
+    of last.pt when resuming: everything before the first epoch, in the order that fixes the random draws."""
     dev = pick_device(device)
     dist = _Distributed(dev)
     if dev.type == "cuda" and dist.world > 1:
         dev = torch.device("cuda", dist.local_rank)
     torch.set_num_threads(threads or os.cpu_count() or 1)
     tokenizer = load_tokenizer(tokenizer_dir)
-    cfg.model.vocab_size = tokenizer.vocab_size
+    for key, value in model_options(tokenizer).items():  # vocab_size; Whisper's prompt and suppressed ids
+        setattr(cfg.model, key, value)
     cfg.model.input_dim = cfg.features.num_mel_bins
-    tc = cfg.train
-    precision = resolve_precision(tc.precision, dev)
-    _seed_everything(tc.seed)
-    ckpt_dir = exp / "checkpoints"
+    precision = resolve_precision(cfg.train.precision, dev)
+    _seed_everything(cfg.train.seed)
     say = (lambda *a: print(*a, flush=True)) if dist.main else (lambda *a: None)
+    run = _Run(cfg, exp, dev, dist, precision, tokenizer, say)
+    mean, std = _start_experiment(run, train_manifest, dev_manifest, tokenizer_dir, force)
+    _load_data(run, train_manifest, dev_manifest)
+    _build_model(run, mean, std)
+    _restore(run)
+    if dist.main:
+        _agree_log(run.log_path, run.state.history)
+    run.ddp = run.model
+    if dist.world > 1:
+        run.ddp = torch.nn.parallel.DistributedDataParallel(
+            run.model, device_ids=[dev.index] if dev.type == "cuda" else None,
+            find_unused_parameters=cfg.model.ctc_weight in (0.0, 1.0) or cfg.train.mask_ctc)
+    return run
 
-    cmvn_path = exp / "cmvn.json"
-    if dist.main:  # the other ranks wait at the barrier, and stop with rank 0 when it refuses the folder
-        identity = tokenizer.model_bytes + json.dumps(tokenizer.meta(), sort_keys=True).encode()
-        experiment.start(exp, cfg, {"train": Path(train_manifest), "dev": Path(dev_manifest)},
-                         (Path(tokenizer_dir), identity), force, say)
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, exp / "config.yaml")
-        if not cmvn_path.exists():
-            frames = compute_cmvn(train_manifest, cmvn_path, cfg.features)
-            say(f"CMVN statistics over {frames} frames → {cmvn_path}")
-    dist.barrier()
-    mean, std = load_cmvn(cmvn_path)
 
+def _start_experiment(run: _Run, train_manifest, dev_manifest, tokenizer_dir, force: bool) -> tuple:
+    """Rank 0 claims the folder (`experiment.start`), writes the config and, once, the CMVN statistics; the other
+    ranks wait for it. → the CMVN (mean, std)."""
+    cmvn_path = run.exp / "cmvn.json"
+    if run.dist.main:  # the other ranks wait at the barrier, and stop with rank 0 when it refuses the folder
+        identity = run.tokenizer.model_bytes + json.dumps(run.tokenizer.meta(), sort_keys=True).encode()
+        experiment.start(run.exp, run.cfg, {"train": Path(train_manifest), "dev": Path(dev_manifest)},
+                         (Path(tokenizer_dir), identity), force, run.say)
+        run.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        save_config(run.cfg, run.exp / "config.yaml")
+        if not cmvn_path.exists() and run.cfg.features.kind == "whisper":  # Whisper's are normalized already
+            dim = run.cfg.features.num_mel_bins
+            save_cmvn(cmvn_path, np.zeros(dim), np.ones(dim), 0)
+            run.say(f"Whisper's features: no CMVN (identity) → {cmvn_path}")
+        elif not cmvn_path.exists():
+            frames = compute_cmvn(train_manifest, cmvn_path, run.cfg.features)
+            run.say(f"CMVN statistics over {frames} frames → {cmvn_path}")
+    run.dist.barrier()
+    return load_cmvn(cmvn_path)
+
+
+def _load_data(run: _Run, train_manifest, dev_manifest) -> None:
+    """The filtered training and dev utterances, their batch samplers and loaders (into `run`)."""
+    cfg, say, tokenizer, seed = run.cfg, run.say, run.tokenizer, run.cfg.train.seed
     subsampling = cfg.model.subsampling
     train_utts, train_ids, counts = filter_utterances(read_manifest(train_manifest), tokenizer, cfg.data, cfg.features,
                                                       subsampling, cfg.augment.speed_factors)
@@ -261,223 +388,237 @@ def _train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
     say(f"dev:   {dev_counts.summary()}")
     if not train_utts or not dev_utts:
         raise TrainError("nothing left to train or validate on after filtering; see the counts above")
-    if dist.main:  # what the model learns from, for the package's `asr info` (package.average_checkpoints)
-        write_json(exp / DATA_SUMMARY, {"train": _data_summary(train_manifest, train_utts),
-                                         "dev": _data_summary(dev_manifest, dev_utts)})
-    sampler = FrameBatchSampler(utterance_frames(train_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
-                                seed=tc.seed, jitter=cfg.data.bucket_width, rank=dist.rank, world=dist.world,
-                                factors=cfg.augment.speed_factors)
-    train_set = UtteranceDataset(train_utts, train_ids, tokenizer, cfg.features, cfg.augment, seed=tc.seed,
+    if run.dist.main:  # what the model learns from, for the package's `asr info` (package.average_checkpoints)
+        write_json(run.exp / DATA_SUMMARY, {"train": _data_summary(train_manifest, train_utts),
+                                             "dev": _data_summary(dev_manifest, dev_utts)})
+    run.sampler = FrameBatchSampler(utterance_frames(train_utts, cfg.features), cfg.data.max_frames,
+                                    cfg.data.max_batch, seed=seed, jitter=cfg.data.bucket_width, rank=run.dist.rank,
+                                    world=run.dist.world, factors=cfg.augment.speed_factors)
+    train_set = UtteranceDataset(train_utts, train_ids, tokenizer, cfg.features, cfg.augment, seed=seed,
                                  cache_audio=cfg.data.cache_audio, speaker_cmn=cfg.model.speaker_cmn)
     if cfg.model.speaker_cmn:
         speakers = {u.speaker for u in train_utts} - {UNKNOWN_SPEAKER}
         unlabelled = sum(u.speaker == UNKNOWN_SPEAKER for u in train_utts)
         say(f"speaker CMN: each of {len(speakers)} training speakers' mean"
             + (f"; {unlabelled} utterances without a speaker label use their own" if unlabelled else ""))
-    train_loader = make_loader(train_set, sampler, cfg.data.num_workers, placeholders=True)
+    run.train_loader = make_loader(train_set, run.sampler, cfg.data.num_workers, placeholders=True)
     dev_sampler = FrameBatchSampler(utterance_frames(dev_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
                                     shuffle=False)
-    dev_loader = make_loader(UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features, cache_audio=cfg.data.cache_audio,
-                                              speaker_cmn=cfg.model.speaker_cmn), dev_sampler, cfg.data.num_workers)
+    dev_set = UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features, cache_audio=cfg.data.cache_audio,
+                               speaker_cmn=cfg.model.speaker_cmn)
+    run.dev_loader = make_loader(dev_set, dev_sampler, cfg.data.num_workers)
 
+
+def _build_model(run: _Run, mean, std) -> None:
+    """The model (with the CMVN, on the device), its optimizer, loss scaler and learning-rate schedule."""
+    cfg, tc, dev = run.cfg, run.cfg.train, run.dev
     model = ASRModel(cfg.model)
     model.set_cmvn(mean, std)
     model.to(dev)
-    say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device {dev}, "
-        f"precision {precision}{' (train.precision=auto)' if tc.precision == 'auto' else ''}")
+    run.say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device "
+            f"{dev}, precision {run.precision}{' (train.precision=auto)' if tc.precision == 'auto' else ''}")
+    _check_precision(run.precision, dev)
     # fused: one kernel over all parameters instead of ~8 small ops per tensor (9 % of a CPU step)
-    optimizer = torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
-                                 weight_decay=tc.weight_decay, fused=dev.type in ("cpu", "cuda"))
-    scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")
-    steps_per_epoch = max(1, math.ceil(len(sampler.batches(0)) / tc.accum_grad))
-    warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, steps_per_epoch)
+    run.model, run.optimizer = model, torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
+                                                       weight_decay=tc.weight_decay, fused=dev.type in ("cpu", "cuda"))
+    run.scaler = torch.amp.GradScaler(dev.type, enabled=run.precision == "fp16")
+    run.steps_per_epoch = max(1, math.ceil(len(run.sampler.batches(0)) / tc.accum_grad))
+    run.warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, run.steps_per_epoch)
     try:
-        learning_rate(tc.schedule, 1, tc.lr, warmup, steps_per_epoch * tc.max_epochs)
+        learning_rate(tc.schedule, 1, tc.lr, run.warmup, run.steps_per_epoch * tc.max_epochs)
     except ValueError as e:
         raise TrainError(str(e)) from None
 
-    def epochs() -> int:
-        """Epochs in the plan: train.max_epochs, or fewer when train.max_minutes would not fit them."""
-        return min(tc.max_epochs, state.planned) if tc.max_minutes > 0 and state.planned else tc.max_epochs
 
-    state = Progress()
-    last = ckpt_dir / "last.pt"
-    if last.exists():
+def _restore(run: _Run) -> None:
+    """Resume from last.pt (weights, optimizer, scaler, progress, RNG states), or start from train.init_from."""
+    tc, say = run.cfg.train, run.say
+    if run.last.exists():
         try:
-            saved = load_checkpoint(last)
+            saved = load_checkpoint(run.last)
         except CheckpointError as e:
             raise TrainError(f"{e}. Remove it to restart, or restore it from a backup.") from None
-        model.load_state_dict(saved["weights"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scaler.load_state_dict(saved["scaler"])
-        state = Progress(**saved["progress"])
+        run.model.load_state_dict(saved["weights"])
+        run.optimizer.load_state_dict(saved["optimizer"])
+        run.scaler.load_state_dict(saved["scaler"])
+        run.state = state = Progress(**saved["progress"])
         _set_rng_state(saved["rng"])
-        if state.epoch < epochs() and not _out_of_time(state, tc.max_minutes):
-            say(f"resuming {exp} at epoch {state.epoch + 1} of {epochs()}"
+        if run.running():
+            say(f"resuming {run.exp} at epoch {state.epoch + 1} of {run.epochs()}"
                 + (f", batch {state.batch}" if state.batch else "") + f" (step {state.step})")
         else:
-            say(f"{exp}: nothing to resume: {state.epoch} epochs trained (step {state.step}), {epochs()} planned")
+            say(f"{run.exp}: nothing to resume: {state.epoch} epochs trained (step {state.step}), {run.epochs()} planned")
     elif tc.init_from:
         try:
-            taken = load_pretrained(model, tc.init_from, tc.init_modules)
+            taken = load_pretrained(run.model, tc.init_from, tc.init_modules)
         except PretrainedError as e:
             raise TrainError(str(e)) from None
-        say(f"initialized {len(taken)} of {len(model.state_dict())} tensors from {tc.init_from}"
+        say(f"initialized {len(taken)} of {len(run.model.state_dict())} tensors from {tc.init_from}"
             + (f" ({', '.join(tc.init_modules)})" if tc.init_modules else ""))
 
-    log_path = exp / "train_log.jsonl"
+
+# ------------------------------------------------------------------------------------------------ epochs
+
+
+def run_epoch(run: _Run) -> _Epoch | None:
+    """Train the current epoch from the batch where it stands; None when interrupted (by a signal or
+    `stop_after_batches`) inside it, after saving last.pt at an optimizer step."""
+    state, dist = run.state, run.dist
+    run.sampler.set_epoch(state.epoch, start=state.batch)
+    run.model.train()
+    # where the cosine schedule reaches 0: epoch 0's steps × the planned epochs (with speed perturbation
+    # the epochs' batch counts differ by ~1 %, so the decay ends up to ~1 % of the steps early or late)
+    epoch = _Epoch(n_batches=len(run.sampler.batches(state.epoch)), total_steps=run.steps_per_epoch * run.epochs(),
+                   started=time.monotonic(), elapsed_before=state.elapsed)
+    with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
+        task = bar.add_task(f"epoch {state.epoch + 1}/{run.epochs()}", total=epoch.n_batches,
+                            completed=state.batch, info="")
+        for batch in run.train_loader:
+            if batch is None:  # none of its audio could be read (warned): counted, so a resume starts
+                state.batch += 1  # at the sampler's next batch
+                continue
+            batch = batch.to(run.dev)
+            loss, finite = _train_step(run, epoch, batch)
+            state.batch += 1
+            run.batches_run += 1
+            epoch.frames_done += batch.frames
+            if finite:
+                state.epoch_loss += float(loss.detach())
+                state.epoch_batches += 1
+            _report_batch(run, epoch, bar, task, loss, finite)
+            if _save_or_stop(run, epoch):
+                return None
+    return epoch
+
+
+def _train_step(run: _Run, epoch: _Epoch, batch) -> tuple[torch.Tensor, bool]:
+    """Forward and backward one batch; at the end of an accumulation, clip, set the learning rate and step the
+    optimizer (a non-finite loss or gradient norm skips the step). → (the batch's loss, whether it is finite)."""
+    state, tc, optimizer, scaler = run.state, run.cfg.train, run.optimizer, run.scaler
+    prob = tc.scheduled_sampling * min(1.0, state.step / max(1, epoch.total_steps))
+    boundary = (epoch.micro + 1) % tc.accum_grad == 0 or state.batch + 1 == epoch.n_batches
+    sync = run.ddp.no_sync() if run.dist.world > 1 and not boundary else contextlib.nullcontext()
+    with sync:
+        with autocast(run.dev, run.precision):
+            out = run.ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
+                          sampling_prob=prob, mask_ctc=tc.mask_ctc, speaker_mean=batch.speaker_mean)
+        loss = out["loss"].float()
+        finite = bool(torch.isfinite(loss))
+        if finite:
+            scaler.scale(loss / tc.accum_grad).backward()
+    epoch.micro += 1
+    if not finite:
+        state.skipped += 1
+        optimizer.zero_grad(set_to_none=True)
+        epoch.micro = 0
+    elif boundary:
+        scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.clip_grad)
+        if torch.isfinite(norm):
+            epoch.last_norm = float(norm)
+            state.norm_sum += epoch.last_norm
+            state.norm_count += 1
+            state.clipped += epoch.last_norm > tc.clip_grad
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(tc.schedule, state.step + 1, tc.lr, run.warmup, epoch.total_steps)
+            scaler.step(optimizer)
+            state.step += 1
+        else:
+            state.skipped += 1
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        epoch.micro = 0
+    return loss, finite
+
+
+def _report_batch(run: _Run, epoch: _Epoch, bar, task, loss: torch.Tensor, finite: bool) -> None:
+    """The progress bar's line, and TensorBoard's training curves every train.log_interval steps."""
+    state = run.state
+    rate = epoch.frames_done / max(1e-9, time.monotonic() - epoch.started)
+    lr = run.optimizer.param_groups[0]["lr"]
+    bar.update(task, advance=1, info=f"loss {state.epoch_loss / max(1, state.epoch_batches):.3f} lr {lr:.2e} "
+                                     f"{rate * run.cfg.features.frame_shift_ms / 1000:.0f} s/s")
+    if run.writer is not None and state.step % run.cfg.train.log_interval == 0 and finite:
+        run.writer.add_scalar("train/loss", float(loss), state.step)
+        run.writer.add_scalar("train/lr", lr, state.step)
+        if epoch.last_norm is not None:
+            run.writer.add_scalar("train/grad_norm", epoch.last_norm, state.step)
+
+
+def _save_or_stop(run: _Run, epoch: _Epoch) -> bool:
+    """At an optimizer step: save last.pt every train.checkpoint_minutes, or when interrupted; → whether to stop."""
+    state = run.state
+    at_boundary = epoch.micro == 0
+    due = (time.monotonic() - run.last_save) >= run.cfg.train.checkpoint_minutes * 60
+    interrupted = run.stop_signal is not None or (
+        run.stop_after_batches is not None and run.batches_run >= run.stop_after_batches)
+    if at_boundary and (due or interrupted) and state.batch < epoch.n_batches:
+        state.elapsed = epoch.elapsed_before + time.monotonic() - epoch.started
+        run.save_last()
+    if interrupted and at_boundary:
+        run.say(f"stopped at epoch {state.epoch + 1}, batch {state.batch}; re-run the same command to resume")
+        return True
+    return False
+
+
+def end_epoch(run: _Run, epoch: _Epoch) -> None:
+    """After an epoch: validate, save its checkpoint and prune the others (rank 0), move on to the next epoch
+    (re-planning to the time budget), save last.pt, and log the epoch."""
+    state, dist, tc = run.state, run.dist, run.cfg.train
+    epoch_seconds = time.monotonic() - epoch.started
+    # every rank takes rank 0's clock: the time budget must stop them all after the same epoch
+    epoch_seconds, state.elapsed = dist.from_main(epoch_seconds, epoch.elapsed_before + epoch_seconds)
     if dist.main:
-        _agree_log(log_path, state.history)
+        metrics = validate(run.model, run.dev_loader, run.tokenizer, run.dev, run.precision, tc.mask_ctc)
+    dist.barrier()
+    record = None
+    if dist.main:
+        record = _epoch_record(run, epoch, epoch_seconds, metrics)
+        _save_epoch(run.ckpt_dir, state.epoch + 1, run.model, run.cfg, run.tokenizer, record)
+        state.history.append(record)
+        _prune(run.ckpt_dir, state.history, tc.keep_best, tc.best_metric)
+    state.epoch += 1
+    state.batch, state.epoch_loss, state.epoch_batches = 0, 0.0, 0
+    state.norm_sum, state.norm_count, state.clipped = 0.0, 0, 0
+    if tc.max_minutes > 0:  # re-plan so that the schedule ends (cosine: anneals) inside the time budget
+        _replan(run, epoch_seconds)
+    run.save_last()
+    if dist.main:
+        _log_epoch(run, record)
 
-    ddp = model
-    if dist.world > 1:
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[dev.index] if dev.type == "cuda" else None,
-            find_unused_parameters=cfg.model.ctc_weight in (0.0, 1.0) or tc.mask_ctc)
 
-    def save_last() -> None:
-        if dist.main:
-            save_checkpoint(last, {"weights": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                   "scaler": scaler.state_dict(), "progress": asdict(state), "rng": _rng_state(),
-                                   "config": to_dict(cfg)})
+def _epoch_record(run: _Run, epoch: _Epoch, epoch_seconds: float, metrics: dict) -> dict:
+    """The epoch's line of train_log.jsonl (also kept in its checkpoint and in Progress.history)."""
+    state, frame_shift = run.state, run.cfg.features.frame_shift_ms
+    return {"epoch": state.epoch + 1, "step": state.step, "train_loss": state.epoch_loss / max(1, state.epoch_batches),
+            "lr": run.optimizer.param_groups[0]["lr"], "skipped_steps": state.skipped,
+            "grad_norm": state.norm_sum / max(1, state.norm_count),
+            "clipped": state.clipped / max(1, state.norm_count),
+            "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2), "precision": run.precision,
+            "audio_seconds_per_second": round(epoch.frames_done * frame_shift / 1000 / max(1e-9, epoch_seconds), 2),
+            **metrics}
 
-    stop = {"signal": None}
 
-    def on_signal(signum, _frame):
-        stop["signal"] = signum
+def _replan(run: _Run, epoch_seconds: float) -> None:
+    """With train.max_minutes: the epochs that fit in the time left at this epoch's speed become the plan."""
+    tc = run.cfg.train
+    before = run.epochs()
+    run.state.planned = epochs_that_fit(run.state.epoch, tc.max_epochs, run.state.elapsed, tc.max_minutes * 60,
+                                        epoch_seconds)
+    if run.epochs() != before:
+        run.say(f"{run.epochs()} of train.max_epochs={tc.max_epochs} epochs fit in train.max_minutes="
+                f"{tc.max_minutes:g} at {epoch_seconds:.0f} s per epoch: the schedule now ends there")
 
-    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    writer = _tensorboard(exp) if dist.main else None
-    batches_run, last_save = 0, time.monotonic()
 
-    try:
-        while state.epoch < epochs() and not _out_of_time(state, tc.max_minutes):
-            sampler.set_epoch(state.epoch, start=state.batch)
-            model.train()
-            n_batches = len(sampler.batches(state.epoch))
-            # where the cosine schedule reaches 0: epoch 0's steps × the planned epochs (with speed perturbation
-            # the epochs' batch counts differ by ~1 %, so the decay ends up to ~1 % of the steps early or late)
-            total_steps = steps_per_epoch * epochs()
-            micro, started, elapsed_before = 0, time.monotonic(), state.elapsed
-            frames_done, last_norm = 0, None
-            with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
-                task = bar.add_task(f"epoch {state.epoch + 1}/{epochs()}", total=n_batches,
-                                    completed=state.batch, info="")
-                for batch in train_loader:
-                    if batch is None:  # none of its audio could be read (warned): counted, so a resume starts
-                        state.batch += 1  # at the sampler's next batch
-                        continue
-                    batch = batch.to(dev)
-                    prob = tc.scheduled_sampling * min(1.0, state.step / max(1, total_steps))
-                    boundary = (micro + 1) % tc.accum_grad == 0 or state.batch + 1 == n_batches
-                    sync = ddp.no_sync() if dist.world > 1 and not boundary else contextlib.nullcontext()
-                    with sync:
-                        with _autocast(dev, precision):
-                            out = ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
-                                      sampling_prob=prob, mask_ctc=tc.mask_ctc, speaker_mean=batch.speaker_mean)
-                        loss = out["loss"].float()
-                        finite = bool(torch.isfinite(loss))
-                        if finite:
-                            scaler.scale(loss / tc.accum_grad).backward()
-                    micro += 1
-                    if not finite:
-                        state.skipped += 1
-                        optimizer.zero_grad(set_to_none=True)
-                        micro = 0
-                    elif boundary:
-                        scaler.unscale_(optimizer)
-                        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad)
-                        if torch.isfinite(norm):
-                            last_norm = float(norm)
-                            state.norm_sum += last_norm
-                            state.norm_count += 1
-                            state.clipped += last_norm > tc.clip_grad
-                            for group in optimizer.param_groups:
-                                group["lr"] = learning_rate(tc.schedule, state.step + 1, tc.lr, warmup, total_steps)
-                            scaler.step(optimizer)
-                            state.step += 1
-                        else:
-                            state.skipped += 1
-                        scaler.update()
-                        optimizer.zero_grad(set_to_none=True)
-                        micro = 0
-                    state.batch += 1
-                    batches_run += 1
-                    frames_done += batch.frames
-                    if finite:
-                        state.epoch_loss += float(loss.detach())
-                        state.epoch_batches += 1
-                    rate = frames_done / max(1e-9, time.monotonic() - started)
-                    lr = optimizer.param_groups[0]["lr"]
-                    bar.update(task, advance=1, info=f"loss {state.epoch_loss / max(1, state.epoch_batches):.3f} lr {lr:.2e} "
-                                                      f"{rate * cfg.features.frame_shift_ms / 1000:.0f} s/s")
-                    if writer is not None and state.step % tc.log_interval == 0 and finite:
-                        writer.add_scalar("train/loss", float(loss), state.step)
-                        writer.add_scalar("train/lr", lr, state.step)
-                        if last_norm is not None:
-                            writer.add_scalar("train/grad_norm", last_norm, state.step)
-                    at_boundary = micro == 0
-                    due = (time.monotonic() - last_save) >= tc.checkpoint_minutes * 60
-                    interrupted = stop["signal"] is not None or (
-                        stop_after_batches is not None and batches_run >= stop_after_batches)
-                    if at_boundary and (due or interrupted) and state.batch < n_batches:
-                        state.elapsed = elapsed_before + time.monotonic() - started
-                        save_last()
-                        last_save = time.monotonic()
-                    if interrupted and at_boundary:
-                        say(f"stopped at epoch {state.epoch + 1}, batch {state.batch}; "
-                            f"re-run the same command to resume")
-                        return state
-            epoch_seconds = time.monotonic() - started
-            # every rank takes rank 0's clock: the time budget must stop them all after the same epoch
-            epoch_seconds, state.elapsed = dist.from_main(epoch_seconds, elapsed_before + epoch_seconds)
-            if dist.main:
-                metrics = validate(model, dev_loader, tokenizer, dev, precision, tc.mask_ctc)
-            dist.barrier()
-            if dist.main:
-                record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": state.epoch_loss / max(1, state.epoch_batches),
-                          "lr": optimizer.param_groups[0]["lr"], "skipped_steps": state.skipped,
-                          "grad_norm": state.norm_sum / max(1, state.norm_count),
-                          "clipped": state.clipped / max(1, state.norm_count),
-                          "epoch_seconds": round(epoch_seconds, 2), "elapsed": round(state.elapsed, 2), "precision": precision,
-                          "audio_seconds_per_second": round(frames_done * cfg.features.frame_shift_ms / 1000
-                                                            / max(1e-9, epoch_seconds), 2), **metrics}
-                _save_epoch(ckpt_dir, state.epoch + 1, model, cfg, tokenizer, record)
-                state.history.append(record)
-                _prune(ckpt_dir, state.history, tc.keep_best, tc.best_metric)
-            state.epoch += 1
-            state.batch, state.epoch_loss, state.epoch_batches = 0, 0.0, 0
-            state.norm_sum, state.norm_count, state.clipped = 0.0, 0, 0
-            if tc.max_minutes > 0:  # re-plan so that the schedule ends (cosine: anneals) inside the time budget
-                before = epochs()
-                state.planned = epochs_that_fit(state.epoch, tc.max_epochs, state.elapsed, tc.max_minutes * 60,
-                                                epoch_seconds)
-                if epochs() != before:
-                    say(f"{epochs()} of train.max_epochs={tc.max_epochs} epochs fit in train.max_minutes="
-                        f"{tc.max_minutes:g} at {epoch_seconds:.0f} s per epoch: the schedule now ends there")
-            save_last()
-            last_save = time.monotonic()
-            if dist.main:
-                with open(log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(record) + "\n")
-                if writer is not None:
-                    for key, value in record.items():
-                        if key.startswith("valid_"):
-                            writer.add_scalar(f"valid/{key[6:]}", value, state.step)
-                say(_epoch_line(record))
-            if stop["signal"] is not None:
-                say("stopped after the epoch; re-run the same command to resume")
-                return state
-        if tc.max_minutes > 0 and state.epoch < tc.max_epochs:
-            say(f"training time limit: {state.epoch} of train.max_epochs={tc.max_epochs} epochs in "
-                f"{state.elapsed / 60:.1f} min (train.max_minutes={tc.max_minutes:g})")
-        return state
-    finally:
-        for s, handler in old_handlers.items():
-            signal.signal(s, handler)
-        if writer is not None:
-            writer.close()
-        dist.close()
+def _log_epoch(run: _Run, record: dict) -> None:
+    """Append the epoch's record to train_log.jsonl, its validation metrics to TensorBoard, and say it."""
+    with open(run.log_path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    if run.writer is not None:
+        for key, value in record.items():
+            if key.startswith("valid_"):
+                run.writer.add_scalar(f"valid/{key[6:]}", value, run.state.step)
+    run.say(_epoch_line(record))
 
 
 def _agree_log(path: Path, history: list[dict]) -> None:

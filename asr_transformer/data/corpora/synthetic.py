@@ -23,6 +23,7 @@ the same texts, speakers and audio bytes whatever ``jobs`` is.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import multiprocessing as mp
@@ -41,7 +42,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import soundfile as sf
 
-from asr_transformer.data import grammar
+from asr_transformer.data.corpora import grammar
 from asr_transformer.data.audio import SAMPLE_RATE, block_reach, resample
 from asr_transformer.data.manifest import Utterance, write_manifest
 from asr_transformer.fileio import write_json
@@ -369,7 +370,7 @@ def prepare(
 ) -> dict:
     """Synthesize train (about `hours_train` hours), dev and test; write wavs, manifests, summary.
 
-    Texts come from :mod:`asr_transformer.data.grammar` or, with `text_file`, from its lines
+    Texts come from :mod:`asr_transformer.data.corpora.grammar` or, with `text_file`, from its lines
     (shuffled; about a tenth each reserved for dev and test when the file has 10+ sentences; with `share_texts`
     every split speaks every line, for a closed vocabulary such as digits: the voices stay disjoint).
     `train_weights` changes the grammar's mix of sentence categories in train only (e.g. ``{"letters": 24}``
@@ -378,12 +379,28 @@ def prepare(
     to match a corpus recorded at 8 kHz.
     Returns the summary written to ``out_dir/summary.json``.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     start_time = time.perf_counter()
     out_dir = Path(out_dir).resolve()
     jobs = max(1, jobs or os.cpu_count() or 1)
     speakers = build_speakers(seed)
+    _make_folders(out_dir, speakers)
+    if train_weights and text_file is not None:
+        raise ValueError("train_weights reweigh the grammar's categories; a text file has none")
+    texts = _Texts.make(seed, text_file, utts_dev, utts_test, share_texts, train_weights)
+    with _Synthesizer(out_dir, jobs, sample_rate) as synth:
+        train_texts = _synthesize_train(synth, texts.train, speakers["train"], hours_train * 3600.0, seed)
+        disjoint = _synthesize_held_out(synth, texts, speakers, train_texts, utts_dev, utts_test, seed)
+    for split in SPLITS:
+        write_manifest(out_dir / f"{split}.jsonl", synth.records[split])
+    write_json(out_dir / "speakers.json", {split: [asdict(s) for s in speakers[split]] for split in SPLITS})
+    summary = _summary(synth, speakers, seed, text_file, disjoint, train_weights, jobs, time.perf_counter() - start_time)
+    write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def _make_folders(out_dir: Path, speakers: dict[str, list[Speaker]]) -> None:
+    """An empty out_dir/wav/<split>/ per split (an earlier run's files removed); RuntimeError when a split has no
+    speakers."""
     for split in SPLITS:
         if not speakers[split]:
             raise RuntimeError(f"no {split} speakers: espeak-ng data at {espeak_data_path()} lacks the variants")
@@ -392,115 +409,152 @@ def prepare(
             shutil.rmtree(folder)  # stale files of an earlier run
         folder.mkdir(parents=True)
 
-    # Texts: a train stream, and dev/test lists disjoint from train where possible.
-    if train_weights and text_file is not None:
-        raise ValueError("train_weights reweigh the grammar's categories; a text file has none")
-    if text_file is None:
-        train_stream: Iterator[str] = grammar.sentences(seed, train_weights)
-        dev_stream = grammar.sentences(_sub_seed(seed, "dev"))
-        test_stream = grammar.sentences(_sub_seed(seed, "test"))
-    else:
+
+@dataclass
+class _Texts:
+    """The sentence streams of the splits: a train stream, and dev/test streams disjoint from train where
+    possible. `k_dev`, `k_test`: lines of a text file reserved for dev and test (None with the grammar)."""
+
+    train: Iterator[str]
+    dev: Iterator[str]
+    test: Iterator[str]
+    from_grammar: bool
+    k_dev: int | None = None
+    k_test: int | None = None
+
+    @classmethod
+    def make(cls, seed: int, text_file, utts_dev: int, utts_test: int, share_texts: bool, train_weights) -> "_Texts":
+        if text_file is None:
+            return cls(grammar.sentences(seed, train_weights), grammar.sentences(_sub_seed(seed, "dev")),
+                       grammar.sentences(_sub_seed(seed, "test")), from_grammar=True)
         lines = list(dict.fromkeys(grammar.read_text_file(text_file)))
         random.Random(f"textfile-{seed}").shuffle(lines)
         k_dev, k_test = (0, 0) if share_texts else (min(utts_dev, len(lines) // 10), min(utts_test, len(lines) // 10))
         test_lines, dev_lines = lines[:k_test] or lines, lines[k_test:k_test + k_dev] or lines
         train_lines = lines[k_test + k_dev:] or lines
-        train_stream = _cycle_texts(train_lines, f"train-{seed}")
-        dev_stream = _cycle_texts(dev_lines, f"dev-{seed}")
-        test_stream = _cycle_texts(test_lines, f"test-{seed}")
+        return cls(_cycle_texts(train_lines, f"train-{seed}"), _cycle_texts(dev_lines, f"dev-{seed}"),
+                   _cycle_texts(test_lines, f"test-{seed}"), from_grammar=False, k_dev=k_dev, k_test=k_test)
 
-    records: dict[str, list[Utterance]] = {split: [] for split in SPLITS}
-    failed: list[str] = []
-    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    ctx = mp.get_context(method)
-    if method == "forkserver":  # import once in the server, fork cheaply per lane
-        ctx.set_forkserver_preload([__name__, "torch", "torchaudio.functional"])
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with ctx.Pool(jobs, maxtasksperchild=1) as pool, Progress(*columns) as progress:
-        tasks: dict[str, tuple] = {}  # split → (progress task, planned count)
+class _Synthesizer:
+    """A pool of synthesis workers and a progress bar per split; collects the utterances made (`records`) and
+    the failures (`failed`)."""
 
-        def run(split: str, plan: list[tuple[str, str, Speaker, str]]) -> dict[str, float]:
-            """Synthesize `plan` in lanes; return id → seconds (failures recorded, left out)."""
-            if split not in tasks:
-                tasks[split] = (progress.add_task(f"synthesizing {split}", total=0), 0)
-            task, total = tasks[split]
-            tasks[split] = (task, total + len(plan))
-            progress.update(task, total=total + len(plan))
-            lanes = [plan[i:i + LANE] for i in range(0, len(plan), LANE)]
-            seconds: dict[str, float] = {}
-            for lane_result in pool.imap_unordered(_synth_lane, [(lane, sample_rate) for lane in lanes]):
-                for uid, duration, error in lane_result:
-                    if error is None:
-                        seconds[uid] = duration
-                    else:
-                        failed.append(f"{uid}: {error}")
-                progress.advance(task, len(lane_result))
-            return seconds
+    def __init__(self, out_dir: Path, jobs: int, sample_rate: int):
+        self.out_dir, self.jobs, self.sample_rate = out_dir, jobs, sample_rate
+        self.records: dict[str, list[Utterance]] = {split: [] for split in SPLITS}
+        self.failed: list[str] = []
+        self.tasks: dict[str, tuple] = {}  # split → (progress task, planned count)
 
-        def planned(split: str, texts: Iterator[str], speaker_cycle: Iterator[Speaker], first: int,
-                    n: int) -> list[tuple[str, str, Speaker, str]]:
-            plan = []
-            for i, text in enumerate(islice(texts, n), first):
-                spk = next(speaker_cycle)
-                uid = f"{spk.id}_{split}{i:06d}"
-                plan.append((uid, text, spk, str(out_dir / "wav" / split / f"{uid}.wav")))
-            return plan
+    def __enter__(self) -> "_Synthesizer":
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        def keep(split: str, plan, seconds: dict[str, float]) -> None:
-            for uid, text, spk, path in plan:
-                if uid in seconds:
-                    records[split].append(Utterance(uid, path, seconds[uid], text, spk.id))
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(method)
+        if method == "forkserver":  # import once in the server, fork cheaply per lane
+            ctx.set_forkserver_preload([__name__, "torch", "torchaudio.functional"])
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self._stack = contextlib.ExitStack()
+        self.pool = self._stack.enter_context(ctx.Pool(self.jobs, maxtasksperchild=1))
+        self.progress = self._stack.enter_context(Progress(*columns))
+        return self
 
-        # Train: plan in batches until the target duration is reached, then drop the overshoot.
-        target = hours_train * 3600.0
-        cycle = _cycle_speakers(speakers["train"], f"train-{seed}")
-        total, count, mean = 0.0, 0, 1.8  # mean seconds per utterance, re-estimated per batch
-        train_texts: set[str] = set()
-        while total < target:
-            n = max(LANE, math.ceil((target - total) / mean * 1.02))
-            plan = planned("train", train_stream, cycle, count, n)
-            count += n
-            seconds = run("train", plan)
-            for item in plan:
-                uid, path = item[0], item[3]
-                if uid not in seconds:
-                    continue
-                if total >= target:
-                    os.unlink(path)
-                    continue
-                total += seconds[uid]
-                train_texts.add(item[1])
-                keep("train", [item], seconds)
-            done = [seconds[i[0]] for i in plan if i[0] in seconds]
-            if not done:
-                raise RuntimeError("synthesis failed for a whole batch: " + "; ".join(failed[:3]))
-            mean = sum(done) / len(done)
+    def __exit__(self, *exc) -> bool:
+        return self._stack.__exit__(*exc)
 
-        disjoint = text_file is None or (k_dev > 0 and k_test > 0)
-        held_out: set[str] = set()
-        for split, stream, n in (("test", test_stream, utts_test), ("dev", dev_stream, utts_dev)):
-            if text_file is None:
-                texts, ok = _unique(stream, n, train_texts | held_out, max_tries=200 * n + 1000)
-            else:
-                texts, ok = list(islice(stream, n)), disjoint
-            disjoint = disjoint and ok
-            held_out.update(texts)
-            plan = planned(split, iter(texts), _cycle_speakers(speakers[split], f"{split}-{seed}"), 0, n)
-            keep(split, plan, run(split, plan))
+    def plan(self, split: str, texts: Iterator[str], speaker_cycle: Iterator[Speaker], first: int,
+             n: int) -> list[tuple[str, str, Speaker, str]]:
+        """The next `n` utterances of `split` (numbered from `first`): (id, text, speaker, wav path)."""
+        plan = []
+        for i, text in enumerate(islice(texts, n), first):
+            spk = next(speaker_cycle)
+            uid = f"{spk.id}_{split}{i:06d}"
+            plan.append((uid, text, spk, str(self.out_dir / "wav" / split / f"{uid}.wav")))
+        return plan
 
-    for split in SPLITS:
-        write_manifest(out_dir / f"{split}.jsonl", records[split])
-    write_json(out_dir / "speakers.json", {split: [asdict(s) for s in speakers[split]] for split in SPLITS})
-    wall = time.perf_counter() - start_time
+    def run(self, split: str, plan: list[tuple[str, str, Speaker, str]]) -> dict[str, float]:
+        """Synthesize `plan` in lanes; return id → seconds (failures recorded, left out)."""
+        if split not in self.tasks:
+            self.tasks[split] = (self.progress.add_task(f"synthesizing {split}", total=0), 0)
+        task, total = self.tasks[split]
+        self.tasks[split] = (task, total + len(plan))
+        self.progress.update(task, total=total + len(plan))
+        lanes = [plan[i:i + LANE] for i in range(0, len(plan), LANE)]
+        seconds: dict[str, float] = {}
+        for lane_result in self.pool.imap_unordered(_synth_lane, [(lane, self.sample_rate) for lane in lanes]):
+            for uid, duration, error in lane_result:
+                if error is None:
+                    seconds[uid] = duration
+                else:
+                    self.failed.append(f"{uid}: {error}")
+            self.progress.advance(task, len(lane_result))
+        return seconds
+
+    def keep(self, split: str, plan, seconds: dict[str, float]) -> None:
+        """Record the utterances of `plan` that were made."""
+        for uid, text, spk, path in plan:
+            if uid in seconds:
+                self.records[split].append(Utterance(uid, path, seconds[uid], text, spk.id))
+
+
+def _synthesize_train(synth: _Synthesizer, stream: Iterator[str], speakers: list[Speaker], target: float,
+                      seed: int) -> set[str]:
+    """Train: plan in batches until `target` seconds are reached, then drop the overshoot. → the texts spoken."""
+    cycle = _cycle_speakers(speakers, f"train-{seed}")
+    total, count, mean = 0.0, 0, 1.8  # mean seconds per utterance, re-estimated per batch
+    train_texts: set[str] = set()
+    while total < target:
+        n = max(LANE, math.ceil((target - total) / mean * 1.02))
+        plan = synth.plan("train", stream, cycle, count, n)
+        count += n
+        seconds = synth.run("train", plan)
+        for item in plan:
+            uid, path = item[0], item[3]
+            if uid not in seconds:
+                continue
+            if total >= target:
+                os.unlink(path)
+                continue
+            total += seconds[uid]
+            train_texts.add(item[1])
+            synth.keep("train", [item], seconds)
+        done = [seconds[i[0]] for i in plan if i[0] in seconds]
+        if not done:
+            raise RuntimeError("synthesis failed for a whole batch: " + "; ".join(synth.failed[:3]))
+        mean = sum(done) / len(done)
+    return train_texts
+
+
+def _synthesize_held_out(synth: _Synthesizer, texts: _Texts, speakers: dict[str, list[Speaker]],
+                         train_texts: set[str], utts_dev: int, utts_test: int, seed: int) -> bool:
+    """Test, then dev: their own sentences (with the grammar: none of train's, nor dev of test's) spoken by their
+    own voices. → whether all the splits' texts are disjoint."""
+    disjoint = texts.from_grammar or (texts.k_dev > 0 and texts.k_test > 0)
+    held_out: set[str] = set()
+    for split, stream, n in (("test", texts.test, utts_test), ("dev", texts.dev, utts_dev)):
+        if texts.from_grammar:
+            chosen, ok = _unique(stream, n, train_texts | held_out, max_tries=200 * n + 1000)
+        else:
+            chosen, ok = list(islice(stream, n)), disjoint
+        disjoint = disjoint and ok
+        held_out.update(chosen)
+        plan = synth.plan(split, iter(chosen), _cycle_speakers(speakers[split], f"{split}-{seed}"), 0, n)
+        synth.keep(split, plan, synth.run(split, plan))
+    return disjoint
+
+
+def _summary(synth: _Synthesizer, speakers: dict[str, list[Speaker]], seed: int, text_file, disjoint: bool,
+             train_weights, jobs: int, wall: float) -> dict:
+    """What summary.json says: the splits, what is held out, the engines, failures and speed."""
+    records = synth.records
     audio = sum(u.duration for split in SPLITS for u in records[split])
-    summary = {
+    return {
         "format": FORMAT,
         "version": VERSION,
         "seed": seed,
         "texts": "grammar" if text_file is None else str(Path(text_file).resolve()),
         "texts_disjoint": disjoint,
-        "sample_rate": sample_rate,
+        "sample_rate": synth.sample_rate,
         "train_weights": grammar.category_weights(train_weights) if text_file is None else None,
         "splits": {
             split: {
@@ -520,8 +574,8 @@ def prepare(
                     "flite voices never occur in train; accents occur in every split",
         },
         "engines": {"espeakng_loader": _version("espeakng-loader"), "flite": bool(flite_voices())},
-        "failed": len(failed),
-        "failures": failed[:20],
+        "failed": len(synth.failed),
+        "failures": synth.failed[:20],
         "jobs": jobs,
         "lane": LANE,
         "audio_seconds": round(audio, 2),
@@ -529,5 +583,3 @@ def prepare(
         "x_realtime": round(audio / wall, 1),  # seconds of audio made per second of wall time
         "realtime_factor": round(wall / audio, 5) if audio else None,  # wall / audio
     }
-    write_json(out_dir / "summary.json", summary)
-    return summary

@@ -1,4 +1,8 @@
-"""Fixed token ids shared by the tokenizer, the model and the decoders (no torch import here)."""
+"""Fixed token ids shared by every tokenizer, the model and the decoders (no torch import here).
+
+At the bottom of the import order (tests/test_imports.py): data/ (the tokenizers), model/ and decode/ all read
+them from here.
+"""
 
 BLANK = 0  # CTC blank ...
 PAD = 0  # ... also the padding id of decoder inputs (never a target)

@@ -1,55 +1,17 @@
-"""Sinusoidal positional encoding and the convolutional front-end (conv2d subsampling)."""
+"""The convolutional front-end: conv2d subsampling, features (B, T, F) → (B, T/4, d_model) (or /6, /8); or
+Whisper's two Conv1d layers, (B, T, F) → (B, T/2, d_model).
+
+Its length arithmetic, `subsampled_length`, lives in asr_transformer/frames.py, so that the data loader can
+use it without importing the model.
+"""
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import nn
 
-from asr_transformer.model.dropout import Dropout
+from asr_transformer.frames import SUBSAMPLING_LAYERS, subsampled_length
 from asr_transformer.model.mask import lengths_to_mask
-
-
-class PositionalEncoding(nn.Module):
-    """x·√d + PE[offset : offset+T], then dropout (Vaswani et al. 2017, sec. 3.5).
-
-    The sine/cosine table is a non-persistent buffer, rebuilt longer when a longer input arrives.
-    """
-
-    def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 5000):
-        super().__init__()
-        self.d_model, self.xscale = d_model, math.sqrt(d_model)
-        self.dropout = Dropout(dropout)
-        self.register_buffer("pe", self._table(max_len), persistent=False)
-
-    def _table(self, length: int) -> torch.Tensor:
-        pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)
-        div = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
-        pe = torch.zeros(length, self.d_model)
-        pe[:, 0::2] = torch.sin(pos * div)
-        pe[:, 1::2] = torch.cos(pos * div)
-        return pe
-
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x (B, T, D) → (B, T, D), positions offset … offset+T-1 (offset > 0 for incremental decoding)."""
-        end = offset + x.size(1)
-        if end > self.pe.size(0):
-            self.pe = self._table(max(end, 2 * self.pe.size(0))).to(self.pe.device)
-        return self.dropout(x * self.xscale + self.pe[offset:end].to(x.dtype))
-
-
-# (kernel, stride) of each conv2d layer, as WeNet's Conv2dSubsampling4/6/8
-_SUBSAMPLING_LAYERS = {4: ((3, 2), (3, 2)), 6: ((3, 2), (5, 3)), 8: ((3, 2), (3, 2), (3, 2))}
-
-
-def subsampled_length(frames, factor: int = 4):
-    """Encoder frames for `frames` input frames (an int or an int tensor), exactly as Conv2dSubsampling:
-    factor 4: ((T-1)//2 - 1)//2; 6: ((T-1)//2 - 2)//3; 8: (((T-1)//2 - 1)//2 - 1)//2; never below 0."""
-    for kernel, stride in _SUBSAMPLING_LAYERS[factor]:
-        frames = (frames - kernel) // stride + 1
-        frames = frames.clamp(min=0) if isinstance(frames, torch.Tensor) else max(frames, 0)
-    return frames
 
 
 class Conv2dSubsampling(nn.Module):
@@ -63,11 +25,12 @@ class Conv2dSubsampling(nn.Module):
     def __init__(self, idim: int, d_model: int, factor: int = 4, channels: int = 0):
         """channels: conv channels (0 = d_model, as ESPnet and WeNet). The second conv costs
         channels² per output cell, so at d_model channels it outweighs the whole encoder of a small
-        model; 32–64 channels (as Zipformer's front-end) cut a training step by a third or more."""
+        model; 32–64 channels (as Zipformer's front-end) make a training step much cheaper (measured:
+        bench/train_speed.py, shapes `small` against `small_c32`)."""
         super().__init__()
-        if factor not in _SUBSAMPLING_LAYERS:
-            raise ValueError(f"subsampling factor must be one of {sorted(_SUBSAMPLING_LAYERS)}, got {factor}")
-        self.factor, self.layers = factor, _SUBSAMPLING_LAYERS[factor]
+        if factor not in SUBSAMPLING_LAYERS:
+            raise ValueError(f"subsampling factor must be one of {sorted(SUBSAMPLING_LAYERS)}, got {factor}")
+        self.factor, self.layers = factor, SUBSAMPLING_LAYERS[factor]
         width = channels or d_model
         convs, channels, freq = [], 1, idim
         for kernel, stride in self.layers:
@@ -96,3 +59,36 @@ class Conv2dSubsampling(nn.Module):
         x = self.out(x.permute(0, 2, 3, 1).flatten(2))  # a view of channels-last memory → (B, T', D)
         lengths = self.output_lengths(lengths)
         return x.masked_fill(~lengths_to_mask(lengths, x.size(1)).unsqueeze(-1), 0.0), lengths
+
+
+class Conv1dSubsampling(nn.Module):
+    """Whisper's front-end: Conv1d (kernel 3, stride 1) → GELU → Conv1d (kernel 3, stride 2) → GELU, each padded
+    by one frame on both sides: (B, T, F) → (B, ⌈T/2⌉, D).
+
+    Frames beyond each length are zeroed before each convolution, so an utterance gives the same output alone
+    (where the convolution pads with zeros) or padded inside a batch."""
+
+    factor = 2
+
+    def __init__(self, idim: int, d_model: int):
+        super().__init__()
+        self.conv1 = nn.Conv1d(idim, d_model, 3, padding=1)
+        self.conv2 = nn.Conv1d(d_model, d_model, 3, stride=2, padding=1)
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        return subsampled_length(lengths, self.factor)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, F), lengths (B,) → (B, T', D) with frames beyond their length zeroed, lengths (B,)."""
+        valid = lengths_to_mask(lengths, x.size(1)).unsqueeze(1)  # (B, 1, T)
+        h = nn.functional.gelu(self.conv1(x.transpose(1, 2).masked_fill(~valid, 0.0)))
+        h = nn.functional.gelu(self.conv2(h.masked_fill(~valid, 0.0))).transpose(1, 2)  # (B, T', D)
+        lengths = self.output_lengths(lengths)
+        return h.masked_fill(~lengths_to_mask(lengths, h.size(1)).unsqueeze(-1), 0.0), lengths
+
+
+def make_subsampling(cfg) -> nn.Module:
+    """The front-end `cfg` (config.ModelConfig) names: conv2d subsampling, or Whisper's Conv1d layers."""
+    if cfg.frontend == "whisper":
+        return Conv1dSubsampling(cfg.input_dim, cfg.d_model)
+    return Conv2dSubsampling(cfg.input_dim, cfg.d_model, cfg.subsampling, cfg.subsampling_channels)

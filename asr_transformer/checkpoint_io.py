@@ -1,4 +1,7 @@
-"""Checkpoints: written atomically, verified on load, never unpickling arbitrary objects.
+"""Checkpoint files: written atomically, verified on load, never unpickling arbitrary objects.
+
+The file format of both training checkpoints (train/trainer.py) and model packages (package.py), below both
+in the import order (tests/test_imports.py).
 
 A checkpoint is a torch file holding only tensors, numbers, strings, lists and dicts, with a
 format name and a version, followed by a one-line footer with the SHA-256 of that payload, so a

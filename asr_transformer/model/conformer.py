@@ -1,0 +1,72 @@
+"""The optional Conformer block (Gulati et al. 2020), built by the encoder instead of EncoderLayer when
+``model.conv_kernel > 0``: half-step FFN, self-attention, a depthwise convolution module, half-step FFN,
+LayerNorm. The convolution gives every frame its neighbours directly, which on small data makes the encoder
+learn much faster."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from asr_transformer.model.attention import MultiHeadAttention
+from asr_transformer.model.dropout import Dropout
+from asr_transformer.model.feedforward import FeedForward
+
+
+class ConvModule(nn.Module):
+    """Conformer convolution: pointwise → GLU → depthwise conv → LayerNorm → Swish → pointwise.
+
+    LayerNorm rather than the paper's BatchNorm, so an utterance's output never depends on the
+    others in its batch; padded frames are zeroed before the depthwise convolution.
+    The depthwise convolution runs as a (1 × kernel) conv2d on a (B, D, 1, T) view of the
+    (B, T, D) activations: that view is channels-last in memory, which oneDNN convolves without
+    copies, faster on the CPU than a conv1d on the transposed tensor (same weights).
+    """
+
+    def __init__(self, d_model: int, kernel: int, dropout: float = 0.0):
+        super().__init__()
+        if kernel % 2 == 0:
+            raise ValueError(f"conv_kernel must be odd, got {kernel}")
+        self.pointwise_in = nn.Linear(d_model, 2 * d_model)
+        self.depthwise = nn.Conv1d(d_model, d_model, kernel, padding=kernel // 2, groups=d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.pointwise_out = nn.Linear(d_model, d_model)
+        self.dropout = Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """x (B, T, D), valid (B, T, 1) bool or None (no padding) → (B, T, D)."""
+        h = nn.functional.glu(self.pointwise_in(x), dim=-1)
+        if valid is not None:
+            h = h.masked_fill(~valid, 0.0)
+        conv = self.depthwise
+        h = nn.functional.conv2d(
+            h.transpose(1, 2).unsqueeze(2), conv.weight.unsqueeze(2), conv.bias, padding=(0, conv.padding[0]),
+            groups=conv.groups,
+        )
+        h = h.squeeze(2).transpose(1, 2)
+        h = nn.functional.silu(self.norm(h))
+        return self.dropout(self.pointwise_out(h))
+
+
+class ConformerLayer(nn.Module):
+    """x + ½FFN(LN x) → + MHSA(LN x) → + Conv(LN x) → + ½FFN(LN x) → LN. (B, T, D) → (B, T, D)."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, kernel: int, dropout: float = 0.1,
+                 attention_dropout: float = 0.0):
+        super().__init__()
+        self.ffn_in = FeedForward(d_model, ffn_dim, dropout, nn.SiLU)
+        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
+        self.conv = ConvModule(d_model, kernel, dropout)
+        self.ffn_out = FeedForward(d_model, ffn_dim, dropout, nn.SiLU)
+        self.norm_ffn_in, self.norm_attn, self.norm_conv, self.norm_ffn_out, self.norm_final = (
+            nn.LayerNorm(d_model) for _ in range(5))
+        self.dropout = Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x (B, T, D), mask (B, 1, T) key-padding mask or None (no padding) → (B, T, D)."""
+        x = x + 0.5 * self.dropout(self.ffn_in(self.norm_ffn_in(x)))
+        h = self.norm_attn(x)
+        x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+        x = x + self.conv(self.norm_conv(x), None if mask is None else mask.transpose(1, 2))
+        x = x + 0.5 * self.dropout(self.ffn_out(self.norm_ffn_out(x)))
+        return self.norm_final(x)

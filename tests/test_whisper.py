@@ -1,0 +1,211 @@
+"""Whisper import: Whisper's features, the three checkpoint formats, and the imported model against a reference
+Whisper written from OpenAI's definition (tests/whisper_reference.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("tokenizers", reason="the whisper extra (pip install 'asr-transformer[whisper]') is not installed")
+
+from asr_transformer.cli import app  # noqa: E402
+from asr_transformer.data.features import slaney_mel_banks, whisper_log_mel  # noqa: E402
+from asr_transformer.data.tokenizer import load_tokenizer  # noqa: E402
+from asr_transformer.package import load_package  # noqa: E402
+from asr_transformer.tokens import EOS, NUM_SPECIAL, SOS  # noqa: E402
+from asr_transformer.whisper import WhisperImportError, import_whisper, read_ct2_model, read_whisper  # noqa: E402
+from tests.whisper_reference import Dims, Whisper, make_tokenizer, write_ct2, write_hf, write_openai  # noqa: E402
+
+
+# ---------------------------------------------------------------- features
+
+def test_slaney_filters_equal_torchaudio():
+    torchaudio = pytest.importorskip("torchaudio")
+    ref = torchaudio.functional.melscale_fbanks(201, 0.0, 8000.0, 80, 16000, norm="slaney", mel_scale="slaney").T
+    assert torch.allclose(slaney_mel_banks(80), ref, atol=1e-7)
+
+
+def test_log_mel_follows_whispers_definition():
+    torchaudio = pytest.importorskip("torchaudio")
+    wave = torch.randn(16000 * 2 + 123, generator=torch.Generator().manual_seed(0)) * 0.1
+    spec = torch.stft(wave, 400, 160, window=torch.hann_window(400), return_complex=True)[:, :-1].abs() ** 2
+    filters = torchaudio.functional.melscale_fbanks(201, 0.0, 8000.0, 80, 16000, norm="slaney", mel_scale="slaney").T
+    log_spec = torch.clamp(filters @ spec, min=1e-10).log10()
+    expected = ((torch.maximum(log_spec, log_spec.max() - 8.0) + 4.0) / 4.0).T
+    got = whisper_log_mel(wave)
+    assert got.shape == (wave.numel() // 160, 80)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_log_mel_pads_to_the_window_and_survives_tiny_input():
+    assert whisper_log_mel(torch.zeros(1000), pad_to=16000 * 30).shape == (3000, 80)
+    assert whisper_log_mel(torch.zeros(170)).shape == (1, 80)
+    assert whisper_log_mel(torch.zeros(100)).shape == (0, 80)
+
+
+# ---------------------------------------------------------------- the three formats
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """A random small Whisper (weights rounded to float16, so every format holds them exactly) and its tokenizer."""
+    tmp = tmp_path_factory.mktemp("whisper")
+    tokenizer_path, special = make_tokenizer(tmp)
+    torch.manual_seed(0)
+    model = Whisper(Dims(n_vocab=special["<|notimestamps|>"] + 1 + 3))  # + 3 rows standing in for timestamps
+    with torch.no_grad():
+        for tensor in model.state_dict().values():  # parameters and the encoder's position table
+            tensor.copy_(tensor.half().float())
+    return model.eval(), tokenizer_path, special, tmp
+
+
+def _write(fmt: str, reference) -> Path:
+    model, tokenizer_path, _, tmp = reference
+    if fmt == "openai":
+        return write_openai(model, tmp / "tiny.pt")
+    if fmt == "hf":
+        pytest.importorskip("safetensors")
+        return write_hf(model, tmp / "hf", tokenizer_path)
+    return write_ct2(model, tmp / "ct2", tokenizer_path)
+
+
+@pytest.mark.parametrize("fmt", ["openai", "hf", "ct2"])
+def test_import_gives_the_reference_logits(fmt, reference, tmp_path):
+    ref, tokenizer_path, special, _ = reference
+    source = _write(fmt, reference)
+    package = tmp_path / "model.pt"
+    import_whisper(source, package, tokenizer_json=tokenizer_path if fmt == "openai" else None, pad_to_seconds=0)
+    model, tokenizer, cfg = load_package(package)
+    assert cfg.model.decoder_prompt == [special["<|startoftranscript|>"] + NUM_SPECIAL]
+
+    mel = torch.randn(2, 80, 57, generator=torch.Generator().manual_seed(1))
+    text = torch.tensor([[17, 40, 99, 120, 7], [3, 250, 31, 8, 60]])
+    with torch.no_grad():
+        audio = ref.encode(mel)
+        whisper_tokens = torch.cat([torch.tensor([[special["<|startoftranscript|>"], special["<|notimestamps|>"]]] * 2),
+                                    text], 1)
+        expected = ref.decode(whisper_tokens, audio)[:, 1:]  # predictions after <|notimestamps|>, t1 … tn
+
+        lens = torch.tensor([57, 57])
+        enc, enc_lens = model.encoder(mel.transpose(1, 2), lens)
+        assert enc.shape == audio.shape and torch.allclose(enc, audio, atol=1e-4)
+        ours = torch.cat([torch.full((2, 1), SOS), text + NUM_SPECIAL], 1)
+        logits = model.decoder(enc, torch.ones(2, enc.size(1), dtype=torch.bool), ours, torch.tensor([6, 6]))
+    assert torch.allclose(logits[..., NUM_SPECIAL:], expected, atol=1e-4)
+    # END is Whisper's <|endoftext|>, and BEGIN plays <|notimestamps|>
+    assert torch.allclose(logits[..., EOS], expected[..., special["<|endoftext|>"]], atol=1e-4)
+
+
+def test_incremental_decoding_equals_the_full_pass(reference, tmp_path):
+    ref, tokenizer_path, special, _ = reference
+    package = tmp_path / "model.pt"
+    import_whisper(_write("openai", reference), package, tokenizer_json=tokenizer_path, pad_to_seconds=0)
+    model, _, _ = load_package(package)
+    feats = torch.randn(1, 40, 80, generator=torch.Generator().manual_seed(2))
+    tokens = torch.tensor([[SOS, 20 + NUM_SPECIAL, 33 + NUM_SPECIAL, 90 + NUM_SPECIAL]])
+    with torch.no_grad():
+        enc, enc_lens = model.encoder(feats, torch.tensor([40]))
+        mask = torch.ones(1, enc.size(1), dtype=torch.bool)
+        full = torch.log_softmax(model.decoder(enc, mask, tokens, torch.tensor([4])), -1)
+        cache = None
+        for i in range(1, 5):
+            step, cache = model.decoder.step(enc, mask, tokens[:, :i], cache)
+            kept = torch.isfinite(step)  # suppressed ids are -inf in decoding
+            assert torch.allclose(step[kept], torch.log_softmax(full[0, i - 1].masked_fill(~kept[0], -math.inf), -1)[kept[0]],
+                                  atol=1e-4)
+        assert not kept[0, NUM_SPECIAL + special["<|endoftext|>"]:].any() and kept[0, EOS]
+
+
+def test_the_whisper_front_end_is_padding_invariant(reference, tmp_path):
+    ref, tokenizer_path, _, _ = reference
+    package = tmp_path / "model.pt"
+    import_whisper(_write("openai", reference), package, tokenizer_json=tokenizer_path, pad_to_seconds=0)
+    model, _, _ = load_package(package)
+    long, short = torch.randn(1, 51, 80), torch.randn(1, 37, 80)
+    batch = torch.cat([long, torch.nn.functional.pad(short, (0, 0, 0, 14), value=5.0)])
+    with torch.no_grad():
+        enc, lens = model.encoder(batch, torch.tensor([51, 37]))
+        alone, alone_lens = model.encoder(short, torch.tensor([37]))
+    assert lens.tolist() == [26, 19] and alone_lens.tolist() == [19]
+    assert torch.allclose(enc[1, :19], alone[0], atol=1e-5)
+
+
+def test_int8_ct2_weights_are_scaled_back(reference, tmp_path):
+    ref, tokenizer_path, _, _ = reference
+    folder = write_ct2(ref, tmp_path / "ct2_int8", tokenizer_path, dtype=np.int8)
+    variables = read_ct2_model(folder / "model.bin")
+    assert variables["encoder/layer_0/ffn/linear_0/weight"].dtype == np.int8
+    weights = read_whisper(folder).weights
+    w = ref.state_dict()["encoder.blocks.0.mlp.0.weight"]
+    step = w.abs().amax(1, keepdim=True) / 127  # one quantization step per row
+    assert ((weights["encoder.blocks.0.mlp.0.weight"] - w).abs() <= step / 2 + 1e-6).all()
+
+
+def test_ct2_reader_matches_ctranslate2(reference, tmp_path):
+    """The test's CTranslate2 writer and the toolkit's reader agree with CTranslate2 itself (when installed)."""
+    if importlib.util.find_spec("ctranslate2") is None:
+        pytest.skip("ctranslate2 is not installed (pip install ctranslate2): the cross-check with its runtime")
+    import ctranslate2
+
+    ref, tokenizer_path, _, _ = reference
+    folder = write_ct2(ref, tmp_path / "ct2", tokenizer_path, dtype=np.float32)
+    runtime = ctranslate2.models.Whisper(str(folder), device="cpu", compute_type="float32")
+    mel = torch.randn(1, 80, 2 * ref.dims.n_audio_ctx, generator=torch.Generator().manual_seed(3))
+    encoded = torch.from_numpy(np.array(runtime.encode(ctranslate2.StorageView.from_array(mel.numpy()), to_cpu=True)))
+    with torch.no_grad():
+        assert torch.allclose(encoded, ref.encode(mel), atol=1e-4)
+
+
+# ---------------------------------------------------------------- tokenizer, package, command line
+
+def test_tokenizer_shifts_ids_and_round_trips(reference, tmp_path):
+    _, tokenizer_path, special, _ = reference
+    package = tmp_path / "model.pt"
+    import_whisper(_write("ct2", reference), package, pad_to_seconds=0, tokenizer_dir=tmp_path / "tok")
+    _, tokenizer, cfg = load_package(package)
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(str(tokenizer_path))
+    text = "the quick brown fox"
+    assert tokenizer.encode(text) == [i + NUM_SPECIAL for i in hf.encode(" " + text).ids]
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode([SOS] + ids + [NUM_SPECIAL + special["<|endoftext|>"], EOS]) == text
+    assert tokenizer.vocab_size == cfg.model.vocab_size
+    again = load_tokenizer(tmp_path / "tok")
+    assert again.encode(text) == ids and again.model_options() == tokenizer.model_options()
+
+
+def test_cli_imports_and_explains_a_missing_tokenizer(reference, tmp_path):
+    from typer.testing import CliRunner
+
+    _, tokenizer_path, _, _ = reference
+    source = _write("openai", reference)
+    runner = CliRunner()
+    result = runner.invoke(app, ["import", "whisper", str(source), "--out", str(tmp_path / "m.pt")])
+    assert result.exit_code == 1 and "--tokenizer" in result.output and "Traceback" not in result.output
+    result = runner.invoke(app, ["import", "whisper", str(source), "--out", str(tmp_path / "m.pt"),
+                                 "--tokenizer", str(tokenizer_path)])
+    assert result.exit_code == 0, result.output
+    assert "English-only" in result.output and (tmp_path / "m.pt").exists()
+
+
+def test_foreign_sources_are_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(WhisperImportError, match="neither a CTranslate2"):
+        read_whisper(tmp_path / "empty")
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "model.bin").write_bytes(b"\x06\x00\x00\x00\x05\x00ab")
+    with pytest.raises(WhisperImportError, match="model.bin"):
+        read_whisper(tmp_path / "ct2")
+    (tmp_path / "x.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(WhisperImportError, match="x.pt"):
+        read_whisper(tmp_path / "x.pt")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({"d_model": 4}))
+    with pytest.raises(WhisperImportError, match="safetensors"):
+        read_whisper(tmp_path / "hf")
