@@ -135,6 +135,8 @@ class TrainConfig:
     init_from: str = ""
     # parameter-name prefixes taken from it, e.g. [encoder] across vocabularies; empty: the whole model
     init_modules: list[str] = field(default_factory=list)
+    # parameter-name prefixes left as they start, e.g. [encoder] to fine-tune only the decoder
+    freeze_modules: list[str] = field(default_factory=list)
 
 
 @dataclass

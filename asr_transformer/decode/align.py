@@ -21,11 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from asr_transformer.frames import SUBSAMPLING_LAYERS
 from asr_transformer.tokens import BLANK, MASK
 
 WORD_START = "▁"
-# (kernel, stride) of each conv2d subsampling layer, as model/embedding.py's _SUBSAMPLING_LAYERS
-_SUBSAMPLING_LAYERS = {4: ((3, 2), (3, 2)), 6: ((3, 2), (5, 3)), 8: ((3, 2), (3, 2), (3, 2))}
 
 
 # ------------------------------------------------------------------------------------------- Viterbi
@@ -103,10 +102,13 @@ class FrameClock:
 
     @classmethod
     def of(cls, features, subsampling: int) -> "FrameClock":
-        """From a FeatureConfig (frame length and shift) and the encoder's subsampling factor (4, 6 or 8)."""
+        """From a FeatureConfig (frame length and shift) and the encoder's subsampling factor (4, 6 or 8; 2: Whisper's
+        padded Conv1d front-end over its centred STFT frames, so encoder frame t is centred on feature frame 2t)."""
         hop = features.frame_shift_ms / 1000
+        if subsampling == 2:
+            return cls(first=0.0, shift=2 * hop)
         span = 1  # feature frames one encoder frame sees: the conv layers' receptive field
-        for kernel, stride in reversed(_SUBSAMPLING_LAYERS[subsampling]):
+        for kernel, stride in reversed(SUBSAMPLING_LAYERS[subsampling]):
             span = (span - 1) * stride + kernel
         return cls(first=(span - 1) / 2 * hop + features.frame_length_ms / 2000, shift=subsampling * hop)
 

@@ -409,6 +409,22 @@ def _load_data(run: _Run, train_manifest, dev_manifest) -> None:
     run.dev_loader = make_loader(dev_set, dev_sampler, cfg.data.num_workers)
 
 
+def _freeze(model: ASRModel, prefixes: list[str], say) -> list[torch.nn.Parameter]:
+    """Fix the parameters under `prefixes` (train.freeze_modules); → the parameters left to train."""
+    under = lambda name, p: name == p or name.startswith(p + ".")  # noqa: E731
+    for prefix in prefixes:
+        if not any(under(name, prefix) for name, _ in model.named_parameters()):
+            raise TrainError(f"train.freeze_modules: {prefix!r} names no parameter of this model")
+    frozen = 0
+    for name, param in model.named_parameters():
+        if any(under(name, p) for p in prefixes):
+            param.requires_grad_(False)
+            frozen += param.numel()
+    if frozen:
+        say(f"frozen: {frozen / 1e6:.2f} M parameters ({', '.join(prefixes)})")
+    return [p for p in model.parameters() if p.requires_grad]
+
+
 def _build_model(run: _Run, mean, std) -> None:
     """The model (with the CMVN, on the device), its optimizer, loss scaler and learning-rate schedule."""
     cfg, tc, dev = run.cfg, run.cfg.train, run.dev
@@ -418,8 +434,9 @@ def _build_model(run: _Run, mean, std) -> None:
     run.say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device "
             f"{dev}, precision {run.precision}{' (train.precision=auto)' if tc.precision == 'auto' else ''}")
     _check_precision(run.precision, dev)
+    trained = _freeze(model, tc.freeze_modules, run.say)
     # fused: one kernel over all parameters instead of ~8 small ops per tensor (9 % of a CPU step)
-    run.model, run.optimizer = model, torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
+    run.model, run.optimizer = model, torch.optim.Adam(trained, lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
                                                        weight_decay=tc.weight_decay, fused=dev.type in ("cpu", "cuda"))
     run.scaler = torch.amp.GradScaler(dev.type, enabled=run.precision == "fp16")
     run.steps_per_epoch = max(1, math.ceil(len(run.sampler.batches(0)) / tc.accum_grad))
