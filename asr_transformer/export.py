@@ -5,7 +5,8 @@
     encoder.onnx       feats (B, T, F) float32 raw log-mel, feat_lens (B,) int64
                        → ctc_log_probs (B, T', V), enc_lens (B,), cross_kv_i (B, T', 2D) for each decoder layer i
                          (the encoder with its CMVN and CTC head; the decoder's cross-attention keys|values,
-                         projected once per utterance)
+                         projected once per utterance); a model without a CTC head (an imported Whisper) has no
+                         ctc_log_probs, and its export decodes greedily only
     decoder_step.onnx  tokens (N, 1) int64, offset (1,) int64 (the position of `tokens`), enc_mask (N, T') bool,
                        self_kv_i (N, L, 2D) (L = offset; empty on the first step), cross_kv_i (N, T', 2D)
                        → log_probs (N, V) of the next token, self_kv_out_i (N, L + 1, 2D)
@@ -33,6 +34,7 @@ from torch import nn
 
 from asr_transformer.config import to_dict
 from asr_transformer.fileio import atomic_open, write_json
+from asr_transformer.model.positional import PositionalEncoding, TablePositions
 
 FORMAT = "asr-export"
 VERSION = 1
@@ -52,6 +54,8 @@ class EncoderExport(nn.Module):
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor):
         enc, enc_lens = self.model.encode(feats, feat_lens)
         cross = self.model.decoder.cross_kv(enc)
+        if self.model.ctc is None:  # a model without a CTC head (an imported Whisper): no ctc_log_probs output
+            return (enc_lens, *cross)
         return (self.model.ctc_log_probs(enc), enc_lens, *cross)
 
 
@@ -65,13 +69,19 @@ class DecoderStepExport(nn.Module):
 
     def forward(self, tokens: torch.Tensor, offset: torch.Tensor, enc_mask: torch.Tensor, *caches: torch.Tensor):
         dec, M = self.decoder, len(self.decoder.layers)
-        x = dec.embed(tokens) * dec.pos.xscale + dec.pos.pe.index_select(0, offset).unsqueeze(0)  # (N, 1, D)
+        if isinstance(dec.pos, TablePositions):  # Whisper's learned positions, added unscaled
+            x = dec.embed(tokens) + dec.pos.table.index_select(0, offset).unsqueeze(0)  # (N, 1, D)
+        else:
+            x = dec.embed(tokens) * dec.pos.xscale + dec.pos.pe.index_select(0, offset).unsqueeze(0)
         memory_mask = enc_mask.unsqueeze(1)  # (N, 1, T')
         new_self = []
         for layer, self_kv, cross_kv in zip(dec.layers, caches[:M], caches[M:]):
             x, (self_kv, _) = layer(x, None, None, memory_mask, (self_kv, cross_kv))
             new_self.append(self_kv)
-        return (F.log_softmax(dec.output(dec.norm(x[:, -1])).float(), dim=-1), *new_self)
+        logits = dec.output(dec.norm(x[:, -1]))
+        if dec.suppressed is not None:  # the ids this decoder never emits (Decoder.step)
+            logits = logits.masked_fill(dec.suppressed, float("-inf"))
+        return (F.log_softmax(logits.float(), dim=-1), *new_self)
 
 
 class DecoderExport(nn.Module):
@@ -89,10 +99,12 @@ class DecoderExport(nn.Module):
 def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
     """Inputs to trace the two graphs with: a padded batch (so the graphs keep their masks)."""
     d, layers = model.cfg.d_model, len(model.decoder.layers)
+    if model.cfg.positions == "whisper":  # within the encoder's position table
+        frames = min(frames, model.cfg.subsampling * model.cfg.max_source_positions)
     feats = torch.randn(batch, frames, model.cfg.input_dim)
     feat_lens = torch.tensor([frames] + [frames - 17 * (i + 1) for i in range(batch - 1)])
     with torch.no_grad():
-        _, enc_lens, *cross = EncoderExport(model).eval()(feats, feat_lens)
+        enc_lens, *cross = EncoderExport(model).eval()(feats, feat_lens)[-1 - layers:]
     enc_mask = torch.arange(cross[0].size(1)) < enc_lens.unsqueeze(1)
     self_kv = [torch.randn(batch, prefix, 2 * d) for _ in range(layers)]
     step = (torch.full((batch, 1), 5, dtype=torch.long), torch.tensor([prefix]), enc_mask, *self_kv, *cross)
@@ -101,14 +113,14 @@ def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
     return (feats, feat_lens), step, forced
 
 
-def _names(layers: int):
+def _names(layers: int, ctc: bool = True):
     cross = [f"cross_kv_{i}" for i in range(layers)]
     self_in = [f"self_kv_{i}" for i in range(layers)]
     self_out = [f"self_kv_out_{i}" for i in range(layers)]
-    encoder = dict(input_names=["feats", "feat_lens"], output_names=["ctc_log_probs", "enc_lens", *cross],
+    encoder = dict(input_names=["feats", "feat_lens"], output_names=["ctc_log_probs", "enc_lens", *cross][1 - ctc:],
                    dynamic_axes={"feats": {0: "batch", 1: "frames"}, "feat_lens": {0: "batch"},
-                                 "ctc_log_probs": {0: "batch", 1: "enc_frames"}, "enc_lens": {0: "batch"},
-                                 **{n: {0: "batch", 1: "enc_frames"} for n in cross}})
+                                 **({"ctc_log_probs": {0: "batch", 1: "enc_frames"}} if ctc else {}),
+                                 "enc_lens": {0: "batch"}, **{n: {0: "batch", 1: "enc_frames"} for n in cross}})
     step = dict(input_names=["tokens", "offset", "enc_mask", *self_in, *cross], output_names=["log_probs", *self_out],
                 dynamic_axes={"tokens": {0: "hyps"}, "enc_mask": {0: "hyps", 1: "enc_frames"},
                               "log_probs": {0: "hyps"}, **{n: {0: "hyps", 1: "prefix"} for n in self_in},
@@ -138,11 +150,13 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     if cfg.model.speaker_cmn:
         raise ValueError(f"{package}: a model.speaker_cmn model normalizes by speaker means computed outside the "
                          "model; export supports global and per-utterance CMVN")
-    if cfg.model.positions == "whisper" or not cfg.model.ctc:
-        raise ValueError(f"{package}: a Whisper model (or one without a CTC head): export does not support it yet; "
-                         "`asr decode` and `asr transcribe` run it")
-    cfg.decode.mode = mode or (cfg.decode.mode if cfg.decode.mode in EXPORTED_MODES else "rescore")
-    model.decoder.pos.pe = model.decoder.pos.pe[:MAX_POSITIONS].clone()  # a constant of the decoder graphs
+    usable = EXPORTED_MODES if cfg.model.ctc else ("greedy",)  # without a CTC head: the attention decoder alone
+    if mode is not None and mode not in usable:
+        raise ValueError(f"--mode {mode}: this export decodes with {', '.join(usable)}")
+    fallback = "rescore" if cfg.model.ctc else "greedy"
+    cfg.decode.mode = mode or (cfg.decode.mode if cfg.decode.mode in usable else fallback)
+    if isinstance(model.decoder.pos, PositionalEncoding):
+        model.decoder.pos.pe = model.decoder.pos.pe[:MAX_POSITIONS].clone()  # a constant of the decoder graphs
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     graphs = {"encoder": EncoderExport(model).eval(), "decoder_step": DecoderStepExport(model).eval(),
@@ -152,7 +166,7 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings: the batch shapes are traced dynamic, masks always kept
         for (name, module), inputs, names in zip(graphs.items(), example_inputs(model),
-                                                 _names(len(model.decoder.layers))):
+                                                 _names(len(model.decoder.layers), model.ctc is not None)):
             target = out / files[name]
             tmp = target.with_name(f".{target.name}.tmp")
             if fmt == "onnx":

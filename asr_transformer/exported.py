@@ -78,6 +78,39 @@ def fbank(wave: np.ndarray, cfg: FeatureConfig = FeatureConfig()) -> np.ndarray:
     return np.log(np.maximum(mel, np.finfo(np.float32).eps)).astype(np.float32)
 
 
+def whisper_log_mel(wave: np.ndarray, num_bins: int = 80, pad_to: int = 0) -> np.ndarray:
+    """(samples,) float in [-1, 1] → (samples // 160, num_bins) float32; the numpy twin of
+    `data.features.whisper_log_mel` (Whisper's features)."""
+    wave = np.asarray(wave, dtype=np.float32)
+    if wave.size < pad_to:
+        wave = np.pad(wave, (0, pad_to - wave.size))
+    n_fft, hop, frames = 400, 160, wave.size // 160
+    if frames == 0:
+        return np.zeros((0, num_bins), np.float32)
+    if wave.size <= n_fft // 2:  # too short to reflect: zeros beyond the end, as the torch version
+        wave = np.pad(wave, (0, n_fft // 2 + 1 - wave.size))
+    padded = np.pad(wave, n_fft // 2, mode="reflect")
+    window = (0.5 - 0.5 * np.cos(2 * math.pi * np.arange(n_fft) / n_fft)).astype(np.float32)  # periodic Hann
+    chunks = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop][:frames]
+    power = np.abs(np.fft.rfft(chunks * window, n=n_fft)) ** 2  # (frames, 201)
+    log_mel = np.log10(np.maximum(power.astype(np.float32) @ _slaney_banks(num_bins, n_fft).T, 1e-10))
+    log_mel = np.maximum(log_mel, log_mel.max() - 8.0)
+    return ((log_mel + 4.0) / 4.0).astype(np.float32)
+
+
+@lru_cache(maxsize=4)
+def _slaney_banks(num_bins: int, n_fft: int, sample_rate: int = 16000) -> np.ndarray:
+    """Slaney-scale triangular filters of unit area (num_bins, n_fft // 2 + 1), as features.slaney_mel_banks."""
+    step = math.log(6.4) / 27.0
+    to_mel = lambda hz: np.where(hz < 1000.0, 3.0 * hz / 200.0, 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / step)  # noqa: E731
+    to_hz = lambda mel: np.where(mel < 15.0, 200.0 * mel / 3.0, 1000.0 * np.exp(step * (mel - 15.0)))  # noqa: E731
+    fft_hz = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
+    edges = to_hz(np.linspace(0.0, float(to_mel(np.float64(sample_rate / 2))), num_bins + 2))
+    left, center, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    banks = np.maximum(np.minimum((fft_hz - left) / (center - left), (right - fft_hz) / (right - center)), 0.0)
+    return (banks * (2.0 / (right - left))).astype(np.float32)
+
+
 # ------------------------------------------------------------------------------------------- CTC search
 
 
@@ -181,9 +214,8 @@ class ExportedRecognizer:
         if set(options) - known:
             raise ExportError(f"unknown decoding option(s) {', '.join(sorted(set(options) - known))}")
         self.options = replace(self.config.decode, **options)
-        if self.options.mode not in EXPORTED_MODES:
-            raise ExportError(f"mode {self.options.mode}: an export decodes with {', '.join(EXPORTED_MODES)} "
-                              "(joint beam search and LMs need the PyTorch package)")
+        self.modes = EXPORTED_MODES if self.config.model.ctc else ("greedy",)  # no CTC head: the decoder alone
+        self._check_mode(self.options.mode)
         self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])
         so = ort.SessionOptions()
         self.threads = so.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
@@ -195,9 +227,22 @@ class ExportedRecognizer:
             for name in ("decoder_step", "decoder"))
         self.layers = sum(o.name.startswith("cross_kv_") for o in self.encoder.get_outputs())
         self.device, self.precision, self.lms = "cpu", meta.get("precision", "fp32"), {}
+        m = self.config.model
+        self.prompt = list(m.decoder_prompt)  # ids read before BEGIN (Whisper's start sequence)
+        # most tokens before END that a fixed position table leaves room for (Decoder.max_tokens)
+        self.max_tokens = m.max_target_positions - len(self.prompt) - 1 if m.positions == "whisper" else None
+
+    def _check_mode(self, mode: str) -> None:
+        if mode not in self.modes:
+            more = "" if self.config.model.ctc else " (this model has no CTC head)"
+            raise ExportError(f"mode {mode}: this export decodes with {', '.join(self.modes)}{more}; joint beam "
+                              "search and LMs need the PyTorch package")
 
     def features(self, wave: np.ndarray) -> np.ndarray:
-        return fbank(wave, self.config.features)
+        f = self.config.features
+        if f.kind == "whisper":
+            return whisper_log_mel(wave, f.num_mel_bins, int(f.pad_to_seconds * f.sample_rate))
+        return fbank(wave, f)
 
     def encode(self, feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Utterances' features [(T, F)] → CTC log-probs (B, T', V), encoder lengths (B,), cross keys|values."""
@@ -206,7 +251,10 @@ class ExportedRecognizer:
         padded = np.zeros((len(feats), frames, self.config.features.num_mel_bins), np.float32)
         for i, f in enumerate(feats):
             padded[i, :f.shape[0]] = f
-        ctc, enc_lens, *cross = self.encoder.run(None, {"feats": padded, "feat_lens": lens})
+        outputs = self.encoder.run(None, {"feats": padded, "feat_lens": lens})
+        if not self.config.model.ctc:  # no ctc_log_probs output
+            return None, outputs[0], outputs[1:]
+        ctc, enc_lens, *cross = outputs
         return ctc, enc_lens, cross
 
     def _step(self, tokens: np.ndarray, offset: int, enc_mask: np.ndarray, self_kv: list, cross: list):
@@ -241,13 +289,18 @@ class ExportedRecognizer:
 
     def greedy(self, cross: list, enc_lens: np.ndarray, max_len_ratio: float) -> list[Hypothesis]:
         """Autoregressive greedy attention decoding of a batch, up to max_len_ratio × encoder frames tokens."""
-        B = len(enc_lens)
+        B, P = len(enc_lens), len(self.prompt)
         limit = np.maximum((enc_lens.astype(np.float64) * max_len_ratio).astype(np.int64), 1)
+        if self.max_tokens is not None:
+            limit = np.minimum(limit, self.max_tokens)
         enc_mask = np.arange(cross[0].shape[1])[None, :] < enc_lens[:, None]
         tokens, scores, done = [[] for _ in range(B)], np.zeros(B), np.zeros(B, bool)
-        last, self_kv = np.full(B, SOS, np.int64), self._empty_cache(B, cross)
+        self_kv = self._empty_cache(B, cross)
+        for position, prompt_id in enumerate(self.prompt):  # the prompt fills the cache first
+            _, self_kv = self._step(np.full(B, prompt_id, np.int64), position, enc_mask, self_kv, cross)
+        last = np.full(B, SOS, np.int64)
         for step in range(int(limit.max())):
-            log_probs, self_kv = self._step(last, step, enc_mask, self_kv, cross)
+            log_probs, self_kv = self._step(last, P + step, enc_mask, self_kv, cross)
             log_probs[:, [BLANK, SOS, MASK]] = NEG_INF
             last = log_probs.argmax(-1)
             for b in np.flatnonzero(~done):
@@ -269,6 +322,8 @@ class ExportedRecognizer:
                               speaker=None) -> tuple[list[Hypothesis], list[np.ndarray]]:
         """As `decode_waves`, and each utterance's CTC log-probs (T'_b, V), to align its hypothesis with
         (`decode.align`, word timestamps)."""
+        if not self.config.model.ctc:
+            raise ExportError(f"{self.path}: word timestamps align with the CTC head, which this model does not have")
         ctc, enc_lens, cross = self.encode([self.features(w) for w in waves])
         return self._search(ctc, enc_lens, cross, self.options), [lp[:n] for lp, n in zip(ctc, enc_lens.tolist())]
 
@@ -316,8 +371,7 @@ class ExportedRecognizer:
 
         modes = list(modes or [self.options.mode])
         for m in modes:
-            if m not in EXPORTED_MODES:
-                raise ExportError(f"mode {m}: an export decodes with {', '.join(EXPORTED_MODES)}")
+            self._check_mode(m)
         folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]
         inputs = DecodeInputs(manifest, folders, skip_bad)
         utts, rate, size = inputs.utts, self.config.features.sample_rate, self.options.batch_size

@@ -209,3 +209,34 @@ def test_foreign_sources_are_refused(tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps({"d_model": 4}))
     with pytest.raises(WhisperImportError, match="safetensors"):
         read_whisper(tmp_path / "hf")
+
+
+def test_exported_whisper_decodes_as_pytorch(reference, tmp_path):
+    """ONNX export of an imported Whisper: numpy features equal torch's, greedy decoding gives PyTorch's tokens
+    (the prompt read first, suppressed ids never emitted, the output capped by the position table)."""
+    pytest.importorskip("onnxruntime")
+    from dataclasses import replace
+
+    from asr_transformer.decode.greedy import greedy_search
+    from asr_transformer.export import export_package
+    from asr_transformer.exported import ExportedRecognizer, whisper_log_mel as numpy_log_mel
+
+    ref, tokenizer_path, _, _ = reference
+    package = tmp_path / "model.pt"
+    import_whisper(_write("openai", reference), package, tokenizer_json=tokenizer_path, pad_to_seconds=0)
+    export_package(package, tmp_path / "onnx")
+    exported = ExportedRecognizer(tmp_path / "onnx")
+    assert exported.options.mode == "greedy"
+    wave = np.random.RandomState(4).randn(16000).astype(np.float32) * 0.1
+    assert np.allclose(exported.features(wave), whisper_log_mel(torch.from_numpy(wave)).numpy(), atol=1e-4)
+
+    model, _, _ = load_package(package)
+    feats = [torch.randn(n, 80, generator=torch.Generator().manual_seed(n)) for n in (60, 44)]
+    with torch.no_grad():
+        enc, enc_lens = model.encode(torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), torch.tensor([60, 44]))
+        expected = [h[0].tokens for h in greedy_search(model, enc, enc_lens, max_len_ratio=1.0)]
+    got = exported.decode_features([f.numpy() for f in feats], replace(exported.options, max_len_ratio=1.0))
+    assert [h.tokens for h in got] == expected
+    assert max(len(t) for t in expected) <= model.decoder.max_tokens
+    with pytest.raises(Exception, match="no CTC head"):
+        ExportedRecognizer(tmp_path / "onnx", mode="rescore")

@@ -139,7 +139,7 @@ def _start(model, enc, enc_lens, W: int, scorer, pre_beam: int | None, max_len_r
     each utterance's row expanded to W beams, of which only the first is live."""
     B, T, _ = enc.shape
     dev = enc.device
-    limit = max_lengths(enc_lens, max_len_ratio)
+    limit = max_lengths(enc_lens, max_len_ratio, model.decoder.max_tokens)
     enc_mask = lengths_to_mask(enc_lens.to(dev), T)
     ys = torch.full((B, 1), SOS, dtype=torch.long, device=dev)
     log_probs, cache = model.decoder_step(enc, enc_mask, ys)

@@ -16,9 +16,11 @@ from asr_transformer.tokens import BLANK, EOS, MASK, SOS
 NOT_OUTPUT = (BLANK, SOS, MASK)  # ids the attention decoder never emits (never a training target)
 
 
-def max_lengths(enc_lens: torch.Tensor, max_len_ratio: float) -> torch.Tensor:
-    """Most output tokens (before <eos>) per utterance: ratio × encoder frames, at least 1. (B,) on CPU."""
-    return (enc_lens.detach().cpu().double() * max_len_ratio).long().clamp(min=1)
+def max_lengths(enc_lens: torch.Tensor, max_len_ratio: float, cap: int | None = None) -> torch.Tensor:
+    """Most output tokens (before <eos>) per utterance: ratio × encoder frames, at least 1, at most `cap` (the
+    decoder's `max_tokens`: what its position table has room for). (B,) on CPU."""
+    limit = (enc_lens.detach().cpu().double() * max_len_ratio).long().clamp(min=1)
+    return limit if cap is None else limit.clamp(max=cap)
 
 
 def mask_not_output(log_probs: torch.Tensor) -> torch.Tensor:
@@ -36,7 +38,7 @@ def greedy_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, max_len_rati
         chosen tokens (including <eos> when it was reached).
     """
     B, dev = enc.size(0), enc.device
-    limit = max_lengths(enc_lens, max_len_ratio)
+    limit = max_lengths(enc_lens, max_len_ratio, model.decoder.max_tokens)
     enc_mask = lengths_to_mask(enc_lens.to(dev), enc.size(1))
     active = torch.arange(B)  # original index of each row (CPU)
     ys = torch.full((B, 1), SOS, dtype=torch.long, device=dev)

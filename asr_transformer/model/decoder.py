@@ -117,7 +117,7 @@ class Decoder(nn.Module):
         if cfg.suppress_from:
             suppressed[cfg.suppress_from:] = True
         self.register_buffer("suppressed", suppressed if suppressed.any() else None, persistent=False)
-        # at most this many tokens after BEGIN (END included) fit a fixed position table; None: no limit
+        # the most tokens between BEGIN and END that a fixed position table has room for; None: no limit
         self.max_tokens = (cfg.max_target_positions - self.prompt_len - 1) if cfg.positions == "whisper" else None
 
     def forward(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
