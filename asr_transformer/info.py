@@ -21,16 +21,19 @@ def describe(path: str | os.PathLike) -> str:
     m, f, d = cfg.model, cfg.features, cfg.decode
     block = f"Conformer (conv kernel {m.conv_kernel})" if m.conv_kernel else f"Transformer ({'pre' if m.pre_norm else 'post'}-LN)"
     parameters = ASRModel(m).count_parameters() / 1e6
+    if m.frontend == "whisper":
+        block, head = "Whisper", "no CTC head" if not m.ctc else f"CTC weight {m.ctc_weight:g}"
+    else:
+        head = f"CTC weight {m.ctc_weight:g}{f', InterCTC {m.interctc_weight:g}' if m.interctc_weight else ''}"
     lines = [f"{path}: {path.stat().st_size / 1e6:.1f} MB",
              f"model:      {m.encoder_layers} {block} encoder blocks and {m.decoder_layers} decoder blocks of "
-             f"d_model {m.d_model}, {m.heads} heads, FFN {m.ffn_dim}; conv front-end ×{m.subsampling}; CTC weight "
-             f"{m.ctc_weight:g}{f', InterCTC {m.interctc_weight:g}' if m.interctc_weight else ''}; "
-             f"{parameters:.2f} M parameters",
+             f"d_model {m.d_model}, {m.heads} heads, FFN {m.ffn_dim}{' (GELU)' if m.activation == 'gelu' else ''}; "
+             f"conv front-end ×{m.subsampling}; {head}; {parameters:.2f} M parameters",
              f"units:      {meta['model_type']}, vocabulary {m.vocab_size}"
              + (f" (a lexicon of {_lexicon_words(state):,} words)" if meta["model_type"] == "phone" else ""),
-             f"features:   {f.num_mel_bins}-d log-mel, {f.sample_rate} Hz, {f.frame_length_ms:g} ms windows every "
-             f"{f.frame_shift_ms:g} ms; "
-             + ("per-speaker mean" if m.speaker_cmn else "per-utterance mean" if m.utterance_cmn else "global CMVN")]
+             _features(cfg)]
+    if info.get("imported"):
+        lines.append(f"imported:   {info['imported']} from {info.get('source')} (`asr import {info['imported']}`)")
     for split, data in (info.get("trained_on") or {}).items():
         lines.append(f"{'trained on' if split == 'train' else split + ' set':<11} {data['manifest']}: "
                      f"{data['utterances']} utterances, {data['hours']:g} h, {data['speakers']} speaker(s)")
@@ -53,6 +56,16 @@ def describe(path: str | os.PathLike) -> str:
         lines.append(f"{name + ':':<11} WER {100 * r['wer']:.2f} %, CER {100 * r['cer']:.2f} % on {r['utterances']} "
                      f"utterances ({_setting(r, asdict(d))})")
     return "\n".join(lines)
+
+
+def _features(cfg) -> str:
+    f, m = cfg.features, cfg.model
+    if f.kind == "whisper":
+        window = f"padded to {f.pad_to_seconds:g}-s windows" if f.pad_to_seconds else "as long as the audio"
+        return f"features:   Whisper's {f.num_mel_bins}-d log-mel spectrogram, {f.sample_rate} Hz, {window}; no CMVN"
+    return (f"features:   {f.num_mel_bins}-d log-mel, {f.sample_rate} Hz, {f.frame_length_ms:g} ms windows every "
+            f"{f.frame_shift_ms:g} ms; "
+            + ("per-speaker mean" if m.speaker_cmn else "per-utterance mean" if m.utterance_cmn else "global CMVN"))
 
 
 def _lexicon_words(state: dict) -> int:

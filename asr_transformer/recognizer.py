@@ -26,6 +26,7 @@ from asr_transformer.decode import Hypothesis
 from asr_transformer.device import pick_device, synchronize
 from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize,
                                            transcriber)
+from asr_transformer.model.asr import NoCTCError
 from asr_transformer.package import check_precision, load_package, read_package
 from asr_transformer.writers import write_decoding
 
@@ -137,6 +138,9 @@ class Recognizer:
                               speaker=None) -> tuple[list[Hypothesis], list[np.ndarray]]:
         """As `decode_waves`, and each utterance's CTC log-probs (T'_b, V) float32, to align its hypothesis with
         (`decode.align`, word timestamps). The encoder runs once more for them."""
+        if self.model.ctc is None:
+            raise NoCTCError("word timestamps align the words with the CTC head, which this model does not have "
+                             "(an imported Whisper: import it with --ctc and fine-tune that head)")
         feats, lens, speaker_mean = self._batch(waves, speaker)
         hyps = self.recognize(feats, lens, speaker_mean=speaker_mean)
         with torch.inference_mode():
