@@ -3,7 +3,7 @@
 # runs the real trainer under torchrun, and decodes in every mode on CUDA (bench/gpu_check.py says how and what).
 #
 #     bash bench/gpu_check.sh                      # ≈ 10 min on one GPU → bench/gpu_check.json
-#     bash bench/gpu_check.sh --steps 100 --json /tmp/gpu.json   # options go to bench/gpu_check.py
+#     bash bench/gpu_check.sh --steps 100 --json gpu.json   # options go to bench/gpu_check.py
 #
 # Without a usable GPU it says so in one line and exits with status 2 (CPU smoke test instead:
 # .venv/bin/python bench/gpu_check.py --device cpu --steps 3 --small).

