@@ -72,9 +72,8 @@ def test_frame_clock():
     assert clock.end(0) - clock.start(0) == pytest.approx(0.04)
     assert FrameClock.of(features, 6).first == pytest.approx(0.05 + 0.0125)
     assert FrameClock.of(features, 8).first == pytest.approx(0.07 + 0.0125)
-    from asr_transformer.decode.align import _SUBSAMPLING_LAYERS
-    from asr_transformer.frames import SUBSAMPLING_LAYERS as model_layers
-    assert _SUBSAMPLING_LAYERS == model_layers  # align.py keeps its own copy: it does not import torch
+    whisper = FrameClock.of(FeatureConfig(kind="whisper"), 2)  # centred STFT frames, Conv1d front-end ×2
+    assert (whisper.first, whisper.shift) == (0.0, pytest.approx(0.02))
 
 
 def test_word_groups():
