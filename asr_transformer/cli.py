@@ -890,7 +890,7 @@ def import_whisper_cmd(
                                                     "audio; faster, but Whisper was trained on 30 s)."),
     ctc: bool = typer.Option(False, "--ctc", help="Add a CTC head (random; fine-tune it for joint decoding)."),
 ):
-    """Import an OpenAI Whisper model (needs the whisper extra: pip install 'asr-transformer[whisper]')."""
+    """Import an OpenAI Whisper model (needs the whisper extra: pip install 'asr-transformer\\[whisper]')."""
     from asr_transformer.whisper import import_whisper
 
     summary = import_whisper(source, out, tokenizer_json, language, pad_to_seconds, ctc, tokenizer_dir)
