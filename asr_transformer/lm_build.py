@@ -80,5 +80,5 @@ def build_lm(texts: list[Path], tokenizer_dir: Path, out: Path, order: int, word
     model = train_ngram(sentences, len(names), order)
     model.write_arpa(out, names)
     return BuiltLM(Path(out), order, len(sentences),
-                   [sum(len(w) for w in model.prob[n].values()) for n in range(1, order + 1)],
+                   model.ngram_counts(),
                    len(vocab) - len(SPECIAL_TOKENS) if words else None)

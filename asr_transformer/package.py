@@ -168,7 +168,8 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
     `result.json` (`asr score`) and `rtf.json` (`asr decode`)}, recorded as validated results. sign: accept `path`
     unsigned (its owner vouches for it) and write `out` signed; needs $ASR_PACKAGE_KEY.
     """
-    from asr_transformer.decode.ngram import NgramLM, pack_arpa
+    from asr_transformer.decode.ngram import pack_arpa
+    from asr_transformer.decode.ngram_binary import cache_lm, convert_arpa
 
     if sign and package_key() is None:
         raise ValueError(f"--sign: set {KEY_VARIABLE} to the key to sign with")
@@ -190,10 +191,10 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
             continue
         packed = pack_arpa(arpa)
         pieces = tokenizer.pieces(range(tokenizer.vocab_size)) if kind == "lm" else None
-        lm = NgramLM.from_packed(packed, pieces, str(arpa))  # checks it reads, and counts it
+        lm = convert_arpa(arpa, pieces, where=str(arpa))  # checks it reads (fast: decode/ngram_binary.py), and counts it
+        cache_lm(packed, pieces, lm)  # a large LM: its binary form cached, for this package's first decode
         stored[kind] = {"arpa_gz": torch.frombuffer(bytearray(packed), dtype=torch.uint8), "name": Path(arpa).name,
-                        "order": lm.order, "ngrams": [sum(len(w) for w in lm.prob.get(n, {}).values())
-                                                      for n in range(1, lm.order + 1)]}
+                        "order": lm.order, "ngrams": lm.ngram_counts()}
     info = dict(state.get("info") or {})
     validated = dict(info.get("results") or {})
     for name, folder in (results or {}).items():

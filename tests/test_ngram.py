@@ -3,6 +3,7 @@ beam, joint and rescore, `asr lm` and `asr decode --lm` end to end."""
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -221,3 +222,198 @@ def test_word_lm_scores_each_word_where_it_ends(tmp_path):
         assert fused.sentence_log_prob(sentence) == pytest.approx(steps, abs=1e-4)
     with pytest.raises(ValueError, match="word-level LM"):
         WordBoundaryLM(pieces, token_lm, 1.0)
+
+
+# ------------------------------------------------------------------------------- the binary (array) LM
+
+
+def _same_scores(old, new, vocab, rng, queries=400, longest=6):
+    """log_prob equal to 1e-6 (in fact bit for bit) and the same dense distributions, for random histories that
+    mix listed and unseen contexts, <unk> and ids the LM has never seen (back-off chains of every length)."""
+    import math
+
+    for _ in range(queries):
+        h = [SOS] + [rng.randrange(1, vocab) for _ in range(rng.randint(0, longest))]
+        w = rng.randrange(0, vocab)
+        a, b = old.log_prob(h, w), new.log_prob(h, w)
+        assert (a == b) or (math.isinf(a) and math.isinf(b) and a < 0 and b < 0), (h, w, a, b)
+        assert abs(a - b) < 1e-6 or math.isinf(a)
+        assert torch.equal(old.distribution(h), new.distribution(h)), h
+    batch = torch.tensor([[SOS] + [rng.randrange(1, vocab) for _ in range(4)] for _ in range(16)])
+    assert torch.equal(old.next_log_probs(batch), new.next_log_probs(batch))
+    for _ in range(20):
+        s = [rng.randrange(5, new.vocab_size) for _ in range(rng.randint(0, 6))]
+        assert old.sentence_log_prob(s) == new.sentence_log_prob(s)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4, 5])
+def test_binary_lm_scores_equal_the_dict_lm(order, tmp_path, monkeypatch):
+    """ARPA → BinaryNgramLM (in memory and memory-mapped from its file) scores exactly as NgramLM.read_arpa,
+    for a token LM and a word LM (same word ids, in the same order), sections parsed in many small chunks."""
+    import asr_transformer.decode.ngram_binary as nb
+    from asr_transformer.decode.ngram_binary import BinaryNgramLM, convert_arpa
+
+    monkeypatch.setattr(nb, "CHUNK_CHARS", 100)
+
+    rng = random.Random(order)
+    vocab = 14
+    lm = train_ngram([[rng.randrange(5, vocab) for _ in range(rng.randint(1, 8))] for _ in range(80)], vocab, order)
+    pieces = PIECES[:5] + [f"▁p{i}" for i in range(5, vocab)]
+    lm.write_arpa(tmp_path / "lm.arpa", pieces)
+    old = NgramLM.read_arpa(tmp_path / "lm.arpa", pieces)
+    new = convert_arpa(tmp_path / "lm.arpa", pieces)
+    mapped = convert_arpa(tmp_path / "lm.arpa", pieces, tmp_path / "lm.ngram")
+    assert isinstance(mapped.arrays["prob1"].base, np.memmap) or mapped.path == str(tmp_path / "lm.ngram")
+    for candidate in (new, mapped, BinaryNgramLM.load(tmp_path / "lm.ngram")):
+        assert (candidate.order, candidate.vocab_size, candidate.words) == (old.order, old.vocab_size, None)
+        assert candidate.ngram_counts() == old.ngram_counts()
+        _same_scores(old, candidate, vocab + 2, rng)
+
+    names = ["<blank>", "<unk>", "<s>", "</s>", "<mask>"] + [f"w{i}" for i in range(vocab - 1, 4, -1)]
+    lm.write_arpa(tmp_path / "words.arpa", names)
+    old = NgramLM.read_arpa(tmp_path / "words.arpa", None)
+    new = convert_arpa(tmp_path / "words.arpa", None, tmp_path / "words.ngram")
+    assert list(new.words.items()) == list(old.words.items()) and new.vocab_size == old.vocab_size
+    _same_scores(old, new, vocab + 2, rng)
+
+
+KENLM_STYLE = """
+\\data\\
+ngram 1=6
+ngram 2=5
+ngram 3=2
+
+\\1-grams:
+-1.5\t<unk>\t0
+-99\t<s>\t-0.30103
+-0.69897\t</s>
+-0.60206 x -0.2
+-0.9\ty\t-0.1
+-1.2\tz
+
+\\2-grams:
+-0.30103\t<s> x\t-0.05
+-0.5\tx y\t-0.15
+-0.4\ty </s>
+-0.8\tx z
+-0.45\t<s> y
+
+\\3-grams:
+-0.1\t<s> x y
+-0.2\tx y </s>
+
+\\end\\
+"""
+
+
+def test_binary_lm_reads_a_kenlm_style_arpa(tmp_path):
+    """An ARPA as KenLM or SRILM write one: <unk> listed, <s> at -99, back-offs missing on some lines, tabs and
+    spaces mixed; the binary LM gives NgramLM's scores, and those follow ARPA's back-off rule by hand."""
+    from asr_transformer.decode.ngram_binary import convert_arpa
+
+    path = tmp_path / "kenlm.arpa"
+    path.write_text(KENLM_STYLE)
+    old, new = NgramLM.read_arpa(path, None), convert_arpa(path, None)
+    assert list(new.words.items()) == list(old.words.items())
+    X, Y, Z = new.words["x"], new.words["y"], new.words["z"]
+    assert new.ngram_counts() == old.ngram_counts() == [5, 5, 2]
+    ln = lambda v: v * 2.302585092994046  # noqa: E731
+    assert new.log_prob([SOS, X], Y) == pytest.approx(ln(-0.1))  # listed 3-gram
+    assert new.log_prob([Z, X], Y) == pytest.approx(ln(-0.5))  # "z x" is no context: p(y | x)
+    assert new.log_prob([SOS, X], Z) == pytest.approx(ln(-0.05 - 0.8))  # b(<s> x) + p(z | x)
+    assert new.log_prob([SOS, Y], Z) == pytest.approx(ln(-0.1 - 1.2))  # b(<s> y) absent, b(y) + p(z)
+    assert new.log_prob([X, Z], UNK) == pytest.approx(ln(-1.5))  # x z and z have no back-off: weight 1
+    assert new.log_prob([X, Z], 99) == float("-inf")  # not a word id at all
+    _same_scores(old, new, new.vocab_size + 2, random.Random(0), longest=3)
+    assert new.distribution([SOS])[UNK].item() == pytest.approx(ln(-0.30103 - 1.5), abs=1e-5)
+
+
+def test_binary_lm_falls_back_to_the_reference_reader(tmp_path):
+    """Text the fast parser does not expect (a duplicated n-gram, an `ngram` line inside a section, CRLF line
+    ends) reads as NgramLM reads it; malformed text gives NgramLM's error, naming the line."""
+    from asr_transformer.decode.ngram_binary import convert_arpa
+
+    odd = KENLM_STYLE.replace("-0.4\ty </s>\n", "-0.4\ty </s>\n-0.35\ty </s>\nngram 9=1\n").replace("\n", "\r\n")
+    path = tmp_path / "odd.arpa"
+    path.write_bytes(odd.encode())
+    old, new = NgramLM.read_arpa(path, None), convert_arpa(path, None)
+    assert new.log_prob([SOS, new.words["y"]], EOS) == old.log_prob([SOS, old.words["y"]], EOS)
+    _same_scores(old, new, new.vocab_size + 1, random.Random(1), longest=3)
+    for text, message in ((KENLM_STYLE.replace("-0.5\tx y", "-0.5\tx q"), r"bad.arpa:17: word 'q'"),
+                          (KENLM_STYLE.replace("-0.5\tx y", "oops\tx y"), "bad.arpa:17: not a number"),
+                          (KENLM_STYLE.replace("-0.5\tx y\t-0.15", "-0.5 x"), "bad.arpa:17: a 2-gram line"),
+                          ("hello\n", "expected")):
+        (tmp_path / "bad.arpa").write_text(text)
+        with pytest.raises(NgramError, match=message):
+            convert_arpa(tmp_path / "bad.arpa", None)
+
+
+def test_decoding_with_the_binary_lm_is_unchanged(tmp_path):
+    """beam, joint and rescore give the same hypotheses and scores with the binary LM as with the dict LM; so
+    does a word LM fused at word boundaries."""
+    from asr_transformer.decode.ngram_binary import convert_arpa, from_ngram
+    from asr_transformer.decode.word_lm import WordBoundaryLM
+
+    m = make_model()
+    feats, lens = make_batch()
+    pieces = PIECES + [f"p{i}" for i in range(V, V + 4)]  # the tiny model's vocabulary is 12
+    train_ngram([[A, B, C], [C, 9, A], [B, B, 10, 11]], V + 4, order=3).write_arpa(tmp_path / "lm.arpa", pieces)
+    old = NgramLM.read_arpa(tmp_path / "lm.arpa", pieces)
+    new = convert_arpa(tmp_path / "lm.arpa", pieces, tmp_path / "lm.ngram")
+    for mode in ("beam", "joint", "rescore"):
+        want = recognize(m, feats, lens, opts(mode, beam=3, nbest=3, lm_weight=0.8), lm=old)
+        got = recognize(m, feats, lens, opts(mode, beam=3, nbest=3, lm_weight=0.8), lm=new)
+        assert tokens_of(got) == tokens_of(want)
+        assert [[h.score for h in n] for n in got] == [[h.score for h in n] for n in want]
+    words = train_ngram([[5, 6], [6, 7, 5], [7, 7]], 8, order=2)
+    words.write_arpa(tmp_path / "w.arpa", ["<blank>", "<unk>", "<s>", "</s>", "<mask>", "a", "b", "c"])
+    old_w, new_w = NgramLM.read_arpa(tmp_path / "w.arpa", None), convert_arpa(tmp_path / "w.arpa", None)
+    assert from_ngram(old_w).words == new_w.words
+    word_pieces = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁a", "▁b", "c", "▁c", "a", "b", "▁"]
+    fused = [WordBoundaryLM(word_pieces, w, 0.6, t, 0.3) for w, t in ((old_w, old), (new_w, new))]
+    want = recognize(m, feats, lens, opts("joint", beam=3, nbest=3, lm_weight=1.0), lm=fused[0])
+    got = recognize(m, feats, lens, opts("joint", beam=3, nbest=3, lm_weight=1.0), lm=fused[1])
+    assert tokens_of(got) == tokens_of(want)
+    assert [[h.score for h in n] for n in got] == [[h.score for h in n] for n in want]
+
+
+def test_read_lm_caches_large_lms(tmp_path, monkeypatch):
+    """read_lm converts a large ARPA (or a package's gzip ARPA) once into the cache and memory-maps it after;
+    a changed file converts again; a binary file is read directly; ASR_LM_CACHE=off caches nothing."""
+    import os
+
+    import asr_transformer.decode.ngram_binary as nb
+    from asr_transformer.decode.ngram import pack_arpa
+    from asr_transformer.decode.search import DecodeError, read_lm
+
+    class Tok:
+        vocab_size = V
+
+        @staticmethod
+        def pieces(ids):
+            return [PIECES[i] for i in ids]
+
+    monkeypatch.setattr(nb, "CACHE_MIN_BYTES", 0)
+    monkeypatch.setenv("ASR_LM_CACHE", str(tmp_path / "cache"))
+    rng = random.Random(3)
+    lm = train_ngram([[rng.choice([A, B, C]) for _ in range(rng.randint(1, 6))] for _ in range(30)], V, 3)
+    arpa = tmp_path / "lm.arpa"
+    lm.write_arpa(arpa, PIECES)
+    ref = NgramLM.read_arpa(arpa, PIECES)
+    first = read_lm(arpa, Tok, words=False)
+    assert len(list((tmp_path / "cache").iterdir())) == 1 and first.path.startswith(str(tmp_path / "cache"))
+    again = read_lm(arpa, Tok, words=False)
+    assert again.path == first.path
+    _same_scores(ref, again, V, rng, longest=4)
+    packed = read_lm(pack_arpa(arpa), Tok, words=False, where="model.pt:lm.arpa")
+    assert len(list((tmp_path / "cache").iterdir())) == 2
+    _same_scores(ref, packed, V, rng, longest=4)
+    os.utime(arpa, ns=(1, 1))  # a changed file is converted again
+    assert read_lm(arpa, Tok, words=False).path != first.path
+    nb.convert_arpa(arpa, PIECES, tmp_path / "lm.ngram")
+    direct = read_lm(tmp_path / "lm.ngram", Tok, words=False)
+    assert direct.path == str(tmp_path / "lm.ngram")
+    with pytest.raises(DecodeError, match="does not fit"):
+        read_lm(tmp_path / "lm.ngram", Tok, words=True)
+    monkeypatch.setenv("ASR_LM_CACHE", "off")
+    assert read_lm(arpa, Tok, words=False).path is None

@@ -18,6 +18,11 @@ model whose back-off weight is γ(h); reading ARPA therefore also takes an LM bu
 same pieces. Queries follow ARPA's rule — p(w | h) is listed, or else back-off(h) · p(w | h′) — as a
 dense vector over the vocabulary per distinct history, cached, so a beam step costs one lookup per
 hypothesis.
+
+This dict-of-dicts model is what training builds and `write_arpa` writes; for decoding, ARPA files and a
+package's LMs are read into `ngram_binary.BinaryNgramLM` instead (`search.read_lm`): the same scores, held in
+sorted numpy arrays that are converted once, cached and memory-mapped — a large LM loads in well under a
+second instead of tens of seconds and gigabytes.
 """
 
 from __future__ import annotations
@@ -93,6 +98,10 @@ class NgramLM:
         keep = min(histories.size(1), self.order - 1)
         rows = histories[:, histories.size(1) - keep:].tolist() if keep > 0 else [[] for _ in range(histories.size(0))]
         return torch.stack([self._dense(tuple(r)) for r in rows]).to(histories.device)
+
+    def ngram_counts(self) -> list[int]:
+        """The n-grams listed of each order 1..order (those ending in <s>, a context only, not counted)."""
+        return [sum(len(w) for w in self.prob.get(n, {}).values()) for n in range(1, self.order + 1)]
 
     def log_prob(self, history: Sequence[int], token: int) -> float:
         """log p(token | history) without building a dense distribution (for large vocabularies)."""

@@ -150,21 +150,26 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
 
 
 def read_lm(source, tokenizer, words: bool, where: str | None = None):
-    """An ARPA LM → NgramLM: over `tokenizer`'s pieces, or a word LM (`asr lm --words`) with `words`.
+    """An LM → BinaryNgramLM (decode/ngram_binary.py: NgramLM's scores, memory-mapped arrays): over `tokenizer`'s
+    pieces, or a word LM (`asr lm --words`) with `words`.
 
-    source: an ARPA file's path, or the gzip-compressed text a model package stores (bytes; `where` names it).
+    source: an ARPA file's path (converted once, and cached when large), a binary LM's path, or the
+    gzip-compressed ARPA text a model package stores (bytes; `where` names it).
     A clear DecodeError when it cannot be read or does not fit the tokenizer."""
-    from asr_transformer.decode.ngram import NgramError, NgramLM
+    import zlib
+
+    from asr_transformer.decode.ngram import NgramError
+    from asr_transformer.decode.ngram_binary import load_lm
     from asr_transformer.decode.word_lm import WORD_START
 
     pieces = None if words else tokenizer.pieces(range(tokenizer.vocab_size))
     kind = "word LM" if words else "token LM"
     try:
         if isinstance(source, (bytes, bytearray)):
-            lm = NgramLM.from_packed(source, pieces, where or kind)
+            lm = load_lm(bytes(source), pieces, where or kind)
         else:
-            lm = NgramLM.read_arpa(source, pieces)
-    except (NgramError, OSError, UnicodeDecodeError) as e:
+            lm = load_lm(source, pieces)
+    except (NgramError, OSError, UnicodeDecodeError, EOFError, zlib.error) as e:
         raise DecodeError(f"{kind}: {e}") from None
     if words and any(w.startswith(WORD_START) for w in lm.words):
         raise DecodeError(f"word LM {where or source}: its words are a tokenizer's pieces; train a word LM with "
