@@ -50,7 +50,68 @@ class NgramError(UserError, ValueError):
     """A malformed ARPA file or one whose words are not this tokenizer's pieces; the message names the line."""
 
 
-class NgramLM:
+class BackoffQueries:
+    """The queries of a back-off LM, the same for every way of storing one (`NgramLM`'s dicts,
+    `ngram_binary.BinaryNgramLM`'s arrays): a subclass has `order`, `vocab_size`, a `_cache` dict, and answers
+    `_unk_unigram`, `_backoff_weight` and `_listed_after` from its storage."""
+
+    order: int
+    vocab_size: int
+    _cache: dict[tuple, torch.Tensor]
+
+    def _unk_unigram(self) -> float | None:
+        """log p(<unk>) as order 1 lists it, or None."""
+        raise NotImplementedError
+
+    def _backoff_weight(self, h: tuple) -> float:
+        """log back-off weight of history h (len ≥ 1; 0 when the file gives none)."""
+        raise NotImplementedError
+
+    def _listed_after(self, h: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(ids (K,) int64, log p (K,) float64) of the n-grams the file lists after history h (h = () for order 1),
+        or None."""
+        raise NotImplementedError
+
+    def distribution(self, history: Sequence[int]) -> torch.Tensor:
+        """log p(· | history) over the vocabulary, (V,) float32; only the last order-1 ids matter."""
+        h = tuple(int(t) for t in history[len(history) - (self.order - 1):]) if self.order > 1 else ()
+        return self._dense(h)
+
+    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
+        """histories (N, L) token ids starting with <sos> → log p(next | history) (N, V) on their device."""
+        keep = min(histories.size(1), self.order - 1)
+        rows = histories[:, histories.size(1) - keep:].tolist() if keep > 0 else [[] for _ in range(histories.size(0))]
+        return torch.stack([self._dense(tuple(r)) for r in rows]).to(histories.device)
+
+    def sentence_log_prob(self, tokens: Sequence[int]) -> float:
+        """log p(tokens </s> | <s>) (natural log)."""
+        seq = [SOS, *tokens, EOS]
+        return float(sum(self.distribution(seq[:i])[seq[i]] for i in range(1, len(seq))))
+
+    def _dense(self, h: tuple) -> torch.Tensor:
+        """log p(· | h) as a (V,) float32 vector by ARPA's rule, built from the shorter history's and cached."""
+        vec = self._cache.get(h)
+        if vec is not None:
+            return vec
+        if not h:
+            vec = torch.full((self.vocab_size,), float("-inf"))
+            unk = self._unk_unigram()
+            if unk is not None:  # ids the file does not list are <unk>
+                vec.fill_(unk)
+                vec[list(NOT_PREDICTED)] = float("-inf")
+        else:
+            vec = self._dense(h[1:]) + self._backoff_weight(h)
+        listed = self._listed_after(h)
+        if listed is not None:
+            vec = vec.clone()
+            vec[listed[0]] = listed[1].to(vec.dtype)
+        if (len(self._cache) + 1) * self.vocab_size > CACHE_FLOATS:
+            self._cache.clear()
+        self._cache[h] = vec
+        return vec
+
+
+class NgramLM(BackoffQueries):
     """Back-off n-gram LM over token ids 0..V-1 (natural-log probabilities).
 
     `prob[n]` maps a history (tuple of n-1 ids) to {next id: log p}; `backoff` maps a history to its
@@ -66,38 +127,17 @@ class NgramLM:
 
     # ------------------------------------------------------------------------------------ queries
 
-    def distribution(self, history: Sequence[int]) -> torch.Tensor:
-        """log p(· | history) over the vocabulary, (V,) float32; only the last order-1 ids matter."""
-        h = tuple(int(t) for t in history[len(history) - (self.order - 1):]) if self.order > 1 else ()
-        return self._dense(h)
+    def _unk_unigram(self) -> float | None:
+        return self.prob[1].get((), {}).get(UNK)
 
-    def _dense(self, h: tuple) -> torch.Tensor:
-        vec = self._cache.get(h)
-        if vec is not None:
-            return vec
-        if not h:
-            vec = torch.full((self.vocab_size,), float("-inf"))
-            listed = self.prob[1].get((), {})
-            unk = listed.get(UNK)
-            if unk is not None:  # ids the file does not list are <unk>
-                vec.fill_(unk)
-                vec[list(NOT_PREDICTED)] = float("-inf")
-        else:
-            vec = self._dense(h[1:]) + self.backoff.get(h, 0.0)
-            listed = self.prob.get(len(h) + 1, {}).get(h, {})
-        if listed:
-            vec = vec.clone()
-            vec[list(listed)] = torch.tensor(list(listed.values()), dtype=vec.dtype)
-        if (len(self._cache) + 1) * self.vocab_size > CACHE_FLOATS:
-            self._cache.clear()
-        self._cache[h] = vec
-        return vec
+    def _backoff_weight(self, h: tuple) -> float:
+        return self.backoff.get(h, 0.0)
 
-    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
-        """histories (N, L) token ids starting with <sos> → log p(next | history) (N, V) on their device."""
-        keep = min(histories.size(1), self.order - 1)
-        rows = histories[:, histories.size(1) - keep:].tolist() if keep > 0 else [[] for _ in range(histories.size(0))]
-        return torch.stack([self._dense(tuple(r)) for r in rows]).to(histories.device)
+    def _listed_after(self, h: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+        listed = self.prob.get(len(h) + 1, {}).get(h, {})
+        if not listed:
+            return None
+        return torch.tensor(list(listed), dtype=torch.long), torch.tensor(list(listed.values()), dtype=torch.float64)
 
     def ngram_counts(self) -> list[int]:
         """The n-grams listed of each order 1..order (those ending in <s>, a context only, not counted)."""
@@ -107,11 +147,6 @@ class NgramLM:
         """log p(token | history) without building a dense distribution (for large vocabularies)."""
         h = tuple(history[len(history) - (self.order - 1):]) if self.order > 1 else ()
         return _log_prob(self.prob, self.backoff, h, token)
-
-    def sentence_log_prob(self, tokens: Sequence[int]) -> float:
-        """log p(tokens </s> | <s>) (natural log)."""
-        seq = [SOS, *tokens, EOS]
-        return float(sum(self.distribution(seq[:i])[seq[i]] for i in range(1, len(seq))))
 
     # -------------------------------------------------------------------------------------- ARPA
 

@@ -50,9 +50,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from asr_transformer.decode import ngram as _ngram
-from asr_transformer.decode.ngram import LN10, NOT_PREDICTED, SPECIAL_WORDS, NgramError, NgramLM
-from asr_transformer.tokens import EOS, NUM_SPECIAL, SOS, UNK
+from asr_transformer.decode.ngram import LN10, NOT_PREDICTED, SPECIAL_WORDS, BackoffQueries, NgramError, NgramLM
+from asr_transformer.tokens import NUM_SPECIAL, SOS, UNK
 
 MAGIC = b"ASRNGRAM"
 VERSION = 1
@@ -68,7 +67,7 @@ class _Fallback(Exception):
 # ------------------------------------------------------------------------------------------ the LM
 
 
-class BinaryNgramLM:
+class BinaryNgramLM(BackoffQueries):
     """Back-off n-gram LM over token ids 0..V-1 (natural-log probabilities) held in sorted arrays; the query
     interface of NgramLM (`distribution`, `next_log_probs`, `log_prob`, `sentence_log_prob`, `order`,
     `vocab_size`, `words`) with the same scores. See the module docstring for the layout."""
@@ -173,8 +172,20 @@ class BinaryNgramLM:
         self._memo[key] = value
         return value
 
-    def _listed_after(self, h: tuple) -> tuple[np.ndarray, np.ndarray] | None:
-        """(ids, log p) of the n-grams listed after history h (len ≥ 1), or None."""
+    def _unk_unigram(self) -> float | None:
+        p = self._p1[UNK] if UNK < len(self._p1) else float("nan")
+        return None if p != p else float(p)
+
+    def _backoff_weight(self, h: tuple) -> float:
+        idx = self._node(h)
+        return self._backoff_of(len(h), idx) if idx >= 0 and len(h) < self.order else 0.0
+
+    def _listed_after(self, h: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if not h:
+            p1 = np.asarray(self._p1)
+            ids = np.flatnonzero(p1 == p1)
+            return (torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(p1[ids].astype(np.float64))) \
+                if len(ids) else None
         k = len(h) + 1
         if k not in self._keys:
             return None
@@ -183,54 +194,12 @@ class BinaryNgramLM:
             return None
         keys, V = self._keys[k], self.vocab_size
         lo, hi = keys.searchsorted([idx * V, (idx + 1) * V])
-        if lo == hi:
-            return None
         ids = np.asarray(keys[lo:hi]) - idx * V
         probs = np.asarray(self._prob[k][lo:hi])
-        ok = probs == probs
-        return ids[ok], probs[ok]
-
-    def _dense(self, h: tuple) -> torch.Tensor:
-        vec = self._cache.get(h)
-        if vec is not None:
-            return vec
-        if not h:
-            vec = torch.full((self.vocab_size,), float("-inf"))
-            p1 = np.asarray(self._p1)
-            listed_ids = np.flatnonzero(p1 == p1)
-            unk = p1[UNK] if UNK < len(p1) and p1[UNK] == p1[UNK] else None
-            if unk is not None:
-                vec.fill_(float(unk))
-                vec[list(NOT_PREDICTED)] = float("-inf")
-            listed = (listed_ids, p1[listed_ids]) if len(listed_ids) else None
-        else:
-            idx = self._node(h)
-            b = self._backoff_of(len(h), idx) if idx >= 0 and len(h) < self.order else 0.0
-            vec = self._dense(h[1:]) + b
-            listed = self._listed_after(h)
-        if listed is not None and len(listed[0]):
-            vec = vec.clone()
-            vec[torch.from_numpy(listed[0].astype(np.int64))] = torch.from_numpy(listed[1].astype(np.float64)).to(vec.dtype)
-        if (len(self._cache) + 1) * self.vocab_size > _ngram.CACHE_FLOATS:
-            self._cache.clear()
-        self._cache[h] = vec
-        return vec
-
-    def distribution(self, history: Sequence[int]) -> torch.Tensor:
-        """log p(· | history) over the vocabulary, (V,) float32; only the last order-1 ids matter."""
-        h = tuple(int(t) for t in history[len(history) - (self.order - 1):]) if self.order > 1 else ()
-        return self._dense(h)
-
-    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
-        """histories (N, L) token ids starting with <sos> → log p(next | history) (N, V) on their device."""
-        keep = min(histories.size(1), self.order - 1)
-        rows = histories[:, histories.size(1) - keep:].tolist() if keep > 0 else [[] for _ in range(histories.size(0))]
-        return torch.stack([self._dense(tuple(r)) for r in rows]).to(histories.device)
-
-    def sentence_log_prob(self, tokens: Sequence[int]) -> float:
-        """log p(tokens </s> | <s>) (natural log)."""
-        seq = [SOS, *tokens, EOS]
-        return float(sum(self.distribution(seq[:i])[seq[i]] for i in range(1, len(seq))))
+        ok = probs == probs  # NaN: a prefix of a listed n-gram, not itself listed
+        if not ok.any():
+            return None
+        return torch.from_numpy(ids[ok].astype(np.int64)), torch.from_numpy(probs[ok].astype(np.float64))
 
     # ----------------------------------------------------------------------------------- file
 
