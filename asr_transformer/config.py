@@ -110,6 +110,12 @@ class ModelConfig:
     suppress_from: int = 0  # > 0: nor any id from this one on
 
 
+def max_output_tokens(m: ModelConfig) -> int | None:
+    """The most tokens between BEGIN and END that the decoder's position table has room for (Whisper's fixed
+    table holds the prompt, BEGIN and these); None: no limit (sinusoidal positions are made as needed)."""
+    return m.max_target_positions - len(m.decoder_prompt) - 1 if m.positions == "whisper" else None
+
+
 @dataclass
 class TrainConfig:
     max_epochs: int = 50

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict
+from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict, max_output_tokens
 from asr_transformer.decode import Hypothesis
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import read_json
@@ -62,7 +62,10 @@ def _mel_banks(num_bins: int, padded: int, sample_rate: int, low_freq: float = 2
 
 def fbank(wave: np.ndarray, cfg: FeatureConfig = FeatureConfig()) -> np.ndarray:
     """(samples,) float in [-1, 1] → (frames, num_mel_bins) float32 log-mel energies; the numpy twin of
-    `data.features.fbank` (Kaldi's: povey window, pre-emphasis 0.97, DC removal, snip edges)."""
+    `data.features.fbank` (Kaldi's: povey window, pre-emphasis 0.97, DC removal, snip edges); with
+    ``cfg.kind == "whisper"`` Whisper's features (`whisper_log_mel`), as there."""
+    if cfg.kind == "whisper":
+        return whisper_log_mel(wave, cfg.num_mel_bins, int(cfg.pad_to_seconds * cfg.sample_rate))
     win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
     hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
     padded = 1 << (win - 1).bit_length()
@@ -229,8 +232,7 @@ class ExportedRecognizer:
         self.device, self.precision, self.lms = "cpu", meta.get("precision", "fp32"), {}
         m = self.config.model
         self.prompt = list(m.decoder_prompt)  # ids read before BEGIN (Whisper's start sequence)
-        # most tokens before END that a fixed position table leaves room for (Decoder.max_tokens)
-        self.max_tokens = m.max_target_positions - len(self.prompt) - 1 if m.positions == "whisper" else None
+        self.max_tokens = max_output_tokens(m)  # as Decoder.max_tokens
 
     def _check_mode(self, mode: str) -> None:
         if mode not in self.modes:
@@ -239,10 +241,7 @@ class ExportedRecognizer:
                               "search and LMs need the PyTorch package")
 
     def features(self, wave: np.ndarray) -> np.ndarray:
-        f = self.config.features
-        if f.kind == "whisper":
-            return whisper_log_mel(wave, f.num_mel_bins, int(f.pad_to_seconds * f.sample_rate))
-        return fbank(wave, f)
+        return fbank(wave, self.config.features)
 
     def encode(self, feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """Utterances' features [(T, F)] → CTC log-probs (B, T', V), encoder lengths (B,), cross keys|values."""

@@ -87,6 +87,11 @@ def read_openai(path: Path) -> WhisperCheckpoint:
 
 # ---------------------------------------------------------------- Hugging Face transformers (safetensors)
 
+def _bfloat16(raw) -> np.ndarray:
+    """Little-endian bfloat16 bytes → float32 (bfloat16 is float32's upper half)."""
+    return (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+
+
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32,
                       "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
@@ -109,7 +114,7 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         begin, end = entry["data_offsets"]
         raw = body[begin:end]
         if entry["dtype"] == "BF16":
-            array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+            array = _bfloat16(raw)
         elif entry["dtype"] in SAFETENSORS_DTYPES:
             array = np.frombuffer(raw, dtype=np.dtype(SAFETENSORS_DTYPES[entry["dtype"]]).newbyteorder("<"))
         else:
@@ -198,7 +203,7 @@ def read_ct2_model(path: Path) -> dict[str, np.ndarray]:
             if dtype is None:
                 raise WhisperImportError(f"{path}: {name} has a data type this reader does not know")
             if dtype == "bfloat16":
-                array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+                array = _bfloat16(raw)
             else:
                 array = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
             variables[name] = array.reshape(shape)

@@ -20,6 +20,7 @@ import platform
 import re
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -237,6 +238,7 @@ def model_summary(m: dict, exp: Path) -> str:
             "parameters")
 
 
+@lru_cache(maxsize=None)  # one package serves a dev and a test row
 def _window(package: Path) -> str:
     """", 30-s windows" when the package pads its Whisper features to a fixed window."""
     from asr_transformer.package import read_package

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from asr_transformer.config import ModelConfig
+from asr_transformer.config import ModelConfig, max_output_tokens
 from asr_transformer.model.attention import MultiHeadAttention
 from asr_transformer.model.dropout import Dropout
 from asr_transformer.model.feedforward import ACTIVATIONS, FeedForward
@@ -117,8 +117,7 @@ class Decoder(nn.Module):
         if cfg.suppress_from:
             suppressed[cfg.suppress_from:] = True
         self.register_buffer("suppressed", suppressed if suppressed.any() else None, persistent=False)
-        # the most tokens between BEGIN and END that a fixed position table has room for; None: no limit
-        self.max_tokens = (cfg.max_target_positions - self.prompt_len - 1) if cfg.positions == "whisper" else None
+        self.max_tokens = max_output_tokens(cfg)  # None, or what a fixed position table has room for
 
     def forward(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
                 token_lens: torch.Tensor, causal: bool = True) -> torch.Tensor:
