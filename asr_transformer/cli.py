@@ -6,6 +6,7 @@ Heavy modules (torch and everything that imports it) are imported inside the com
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import List, NoReturn, Optional
@@ -444,6 +445,8 @@ WORD_LM = typer.Option(None, help="ARPA word n-gram LM (from `asr lm --words`), 
 WORD_LM_WEIGHT = typer.Option(None, help="Weight γ of the word LM's scores (default: the package's).")
 NO_LM = typer.Option(False, "--no-lm", help="Decode without the LMs the package holds.")
 BATCH_SIZE = typer.Option(None, help="Utterances (segments) decoded together (default: the package's).")
+CHUNK_MS = typer.Option(None, "--chunk-ms", help="The encoder attends in chunks of this many ms, as streaming does "
+                        "(a model trained with model.streaming; 0: full context; default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
 THREADS = typer.Option(0, help="CPU threads for torch (0: all cores).")
 PRECISION = typer.Option("fp32", help=PRECISION_HELP)
@@ -517,6 +520,7 @@ def decode(
     no_lm: bool = NO_LM,
     nbest: Optional[int] = typer.Option(None, help="Hypotheses kept per utterance in hyp.jsonl."),
     batch_size: Optional[int] = BATCH_SIZE,
+    chunk_ms: Optional[int] = CHUNK_MS,
     device: str = DEVICE,
     threads: int = THREADS,
     precision: str = PRECISION,
@@ -539,7 +543,8 @@ def decode(
     rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=modes[0] if modes else None,
                       beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
-                      lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size)
+                      lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size,
+                      chunk_ms=chunk_ms)
     rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
 
 
@@ -707,6 +712,14 @@ def transcribe(
     word_timestamps: bool = typer.Option(False, "--word-timestamps", help="Time each word too (CTC forced "
                                          "alignment): json gets each segment's words, srt/vtt a cue per word, "
                                          "tsv a row per word."),
+    stream: bool = typer.Option(False, "--stream", help="Live: decode the audio as it arrives (a streaming model), "
+                                "printing partial lines (rewritten in place on a terminal) and a final line per "
+                                "utterance; e.g. `sox -d -t wav - | asr transcribe --stream - -m model.pt`."),
+    chunk_ms: Optional[int] = typer.Option(None, "--chunk-ms", help="--stream: audio per encoder step, in ms "
+                                           "(default: the package's, else 640); without --stream as asr decode's."),
+    realtime: bool = typer.Option(False, "--realtime", help="--stream: feed a file no faster than it plays."),
+    raw_rate: int = typer.Option(0, "--raw-rate", help="--stream: stdin is headerless 16-bit mono PCM at this "
+                                 "sample rate (Hz) instead of WAV."),
 ):
     """Transcribe audio files of any length with the package's decoding setup (or the options given); text to
     stdout, or files in several formats.
@@ -722,7 +735,11 @@ def transcribe(
     rec = _recognizer(model, device, threads, precision, lm, word_lm, no_lm, mode=mode, beam=beam,
                       ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
-                      word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1)
+                      word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1,
+                      chunk_ms=None if stream else chunk_ms)
+    if stream:
+        _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate)
+        return
     speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
     if same_speaker:
         from asr_transformer.data.features import CMVNAccumulator
@@ -738,6 +755,79 @@ def transcribe(
     if failed:
         typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
         raise typer.Exit(code=1)
+
+
+def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], output_format: str,
+                        chunk_ms: Optional[int], realtime: bool, raw_rate: int) -> None:
+    """`asr transcribe --stream`: each input through a StreamingRecognizer; lines as `_StreamPrinter` shows them, and
+    the usual files at the end with --out."""
+    from asr_transformer.data.audio import AudioError
+    from asr_transformer.decode.search import DecodeError
+    from asr_transformer.streaming import stream_file
+    from asr_transformer.transcribe import PipeSource
+
+    if not hasattr(rec, "model"):
+        _fail("--stream needs a model package (an ONNX export cannot stream)")
+    failed, basenames = 0, {}
+    for item in audio:
+        source = PipeSource(getattr(sys.stdin, "buffer", sys.stdin), raw_rate) if item == "-" else item
+        label, basename = ("stdin", "stdin") if item == "-" else (item, Path(item).stem or Path(item).name)
+        printer, segments = _StreamPrinter(label if len(audio) > 1 else None), []
+        try:
+            for event in stream_file(rec, source, chunk_ms, realtime=realtime):
+                printer.show(event)
+                if event.kind == "final" and event.text:
+                    segments.append({"start": round(event.start, 3), "end": round(event.end, 3), "text": event.text,
+                                     "score": event.score})
+        except DecodeError as e:
+            _fail(str(e))
+        except AudioError as e:
+            printer.close()
+            typer.secho(f"error: {e}", fg="red", err=True)
+            failed += 1
+            continue
+        except KeyboardInterrupt:  # Ctrl-C ends a live stream: keep what was final
+            printer.close()
+        result = {"text": " ".join(s["text"] for s in segments), "segments": segments,
+                  "duration": printer.end}
+        if output_dir is not None and not _write_transcript(result, label, basename, basenames, output_dir,
+                                                            output_format, several=len(audio) > 1):
+            failed += 1
+    if failed:
+        typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
+        raise typer.Exit(code=1)
+
+
+class _StreamPrinter:
+    """Streaming events to stdout. On a terminal the partial line is rewritten in place and a final replaces it as
+    `[start → end] text`; otherwise each event is one tab-separated line, `partial|final  start  end  text`."""
+
+    def __init__(self, label: Optional[str]):
+        self.tty, self.label, self.end, self.open = sys.stdout.isatty(), label, 0.0, False
+
+    def show(self, event) -> None:
+        self.end = max(self.end, event.end)
+        prefix = f"{self.label}\t" if self.label else ""
+        if not self.tty:
+            typer.echo(f"{prefix}{event.kind}\t{event.start:.2f}\t{event.end:.2f}\t{event.text}")
+            return
+        width = shutil.get_terminal_size().columns
+        if event.kind == "partial":
+            sys.stdout.write("\r\033[K" + typer.style((prefix + event.text)[-(width - 1):], dim=True))
+            self.open = True
+        else:
+            sys.stdout.write(f"\r\033[K{prefix}[{_clock(event.start)} → {_clock(event.end)}] {event.text}\n")
+            self.open = False
+        sys.stdout.flush()
+
+    def close(self) -> None:
+        if self.tty and self.open:
+            sys.stdout.write("\n")
+            self.open = False
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60):02d}:{seconds % 60:05.2f}"
 
 
 def _check_transcribe_options(audio: List[str], output_dir: Optional[Path], output_format: str,

@@ -108,6 +108,11 @@ class ModelConfig:
     decoder_prompt: list[int] = field(default_factory=list)  # ids the decoder reads before BEGIN
     suppress_tokens: list[int] = field(default_factory=list)  # ids the decoder never emits in decoding
     suppress_from: int = 0  # > 0: nor any id from this one on
+    # streaming (WeNet's dynamic chunks): each training batch draws a chunk size, full context half the time, else
+    # 1..streaming_max_chunk encoder frames, and the encoder attends within its chunk and all chunks before it; the
+    # Conformer convolutions see no future frames. One model then decodes offline and streaming (decode.chunk_ms)
+    streaming: bool = False
+    streaming_max_chunk: int = 25
 
 
 def max_output_tokens(m: ModelConfig) -> int | None:
@@ -161,6 +166,10 @@ class DecodeConfig:
     word_lm_weight: float = 0.3  # γ of the word n-gram LM where a word ends, when there is one
     nbest: int = 1
     batch_size: int = 16
+    # the encoder attends in chunks of this many ms (a multiple of one encoder frame: 40 ms at ×4 subsampling),
+    # each chunk seeing `left_chunks` chunks before it (-1: all): what streaming decoding computes; 0 = full context
+    chunk_ms: int = 0
+    left_chunks: int = -1
 
 
 @dataclass
@@ -307,6 +316,7 @@ RANGES = [
     ("model.max_source_positions", lambda v: v >= 1, "≥ 1"),
     ("model.max_target_positions", lambda v: v >= 2, "≥ 2"),
     ("model.suppress_from", lambda v: v >= 0, "≥ 0 (0: none)"),
+    ("model.streaming_max_chunk", lambda v: v >= 1, "≥ 1 (encoder frames)"),
     ("features.kind", lambda v: v in ("fbank", "whisper"), "fbank or whisper"),
     ("features.pad_to_seconds", lambda v: v >= 0, "≥ 0 (0: no padding)"),
     ("train.max_epochs", lambda v: v >= 1, "≥ 1"),
@@ -332,6 +342,8 @@ RANGES = [
     ("decode.maskctc_threshold", _probability, "in [0, 1]"),
     ("decode.nbest", lambda v: v >= 1, "≥ 1"),
     ("decode.batch_size", lambda v: v >= 1, "≥ 1"),
+    ("decode.chunk_ms", lambda v: v >= 0, "≥ 0 (0: full context)"),
+    ("decode.left_chunks", lambda v: v >= -1, "≥ -1 (-1: every chunk before)"),
 ]
 
 
@@ -361,6 +373,9 @@ def validate(cfg: Config, where: str = "config") -> None:
         fail("model.subsampling", m.subsampling, "2 with model.frontend: whisper, and only with it")
     if m.frontend == "whisper" and cfg.features.kind != "whisper":
         fail("features.kind", cfg.features.kind, "whisper with model.frontend: whisper")
+    if m.streaming and (m.frontend != "conv2d" or m.utterance_cmn or m.speaker_cmn):
+        fail("model.streaming", True, "used with the conv2d front-end and global CMVN only (no utterance_cmn or "
+             "speaker_cmn: a stream has no whole utterance to take a mean over)")
     if d.max_duration <= d.min_duration:
         fail("data.max_duration", d.max_duration, f"> data.min_duration={d.min_duration}")
 

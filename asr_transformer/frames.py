@@ -19,3 +19,11 @@ def subsampled_length(frames, factor: int = 4):
         frames = (frames - kernel) // stride + 1
         frames = frames.clamp(min=0) if hasattr(frames, "clamp") else max(frames, 0)  # a torch tensor, or a number
     return frames
+
+
+def chunk_frames(chunk_ms: float, factor: int, frame_shift_ms: float = 10.0) -> int:
+    """Encoder frames in a streaming chunk of `chunk_ms` milliseconds (0: full context, 0 frames); a chunk is at
+    least one encoder frame (factor · frame_shift_ms: 40 ms at ×4) and a whole number of them, rounded down."""
+    if chunk_ms <= 0:
+        return 0
+    return max(1, int(chunk_ms // (factor * frame_shift_ms)))

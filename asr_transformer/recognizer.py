@@ -24,7 +24,7 @@ import torch
 from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
 from asr_transformer.device import pick_device, synchronize
-from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize,
+from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize, rescore,
                                            transcriber)
 from asr_transformer.model.asr import NoCTCError
 from asr_transformer.package import check_precision, load_package, read_package
@@ -119,6 +119,15 @@ class Recognizer:
         lm, weight = self._fused() if mode in LM_MODES else (None, 0.0)
         opts = replace(self.options, mode=mode, lm_weight=weight)
         return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean)
+
+    def rescore(self, enc: torch.Tensor, nbest: list[Hypothesis]) -> Hypothesis:
+        """One utterance's CTC n-best rescored as the `rescore` mode does (attention decoder, the LMs, the options'
+        CTC weight and length bonus) → the best. enc (1, T', D): the utterance's encoder output."""
+        lm, weight = self._fused()
+        with torch.inference_mode():
+            best = rescore(self.model, enc, torch.tensor([enc.size(1)]), [nbest], self.options.ctc_weight,
+                           self.options.length_penalty, lm, weight)[0][0]
+        return best
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,

@@ -43,14 +43,26 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Union
+from typing import BinaryIO, Callable, Iterator, Union
 
 import numpy as np
 import soundfile as sf
 
 from asr_transformer.data.audio import SAMPLE_RATE, AudioError, check_complete, check_range, resample
 
-AudioSource = Union[str, os.PathLike, bytes, bytearray, np.ndarray]
+
+
+@dataclass
+class PipeSource:
+    """Audio arriving on a pipe as it is recorded (`asr transcribe --stream -`): a WAV stream, or with `raw_rate`
+    headerless signed 16-bit little-endian mono PCM at that sample rate. Read once, front to back."""
+
+    file: BinaryIO  # e.g. sys.stdin.buffer
+    raw_rate: int = 0
+    name: str = "<stdin>"
+
+
+AudioSource = Union[str, os.PathLike, bytes, bytearray, np.ndarray, PipeSource]
 ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done, total seconds or None, segments)
 
 FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
@@ -71,6 +83,8 @@ class NoSpeechWarning(UserWarning):
 
 
 def _source_name(source: AudioSource) -> str:
+    if isinstance(source, PipeSource):
+        return source.name
     if isinstance(source, (bytes, bytearray)):
         return "<bytes>"
     if isinstance(source, np.ndarray):
@@ -79,6 +93,15 @@ def _source_name(source: AudioSource) -> str:
 
 
 def _open(source: AudioSource, name: str) -> sf.SoundFile:
+    if isinstance(source, PipeSource):
+        try:
+            if source.raw_rate:
+                return sf.SoundFile(source.file.fileno(), closefd=False, format="RAW", subtype="PCM_16",
+                                    endian="LITTLE", samplerate=source.raw_rate, channels=1)
+            return sf.SoundFile(source.file.fileno(), closefd=False)
+        except Exception as e:
+            raise AudioError(name, "unreadable", f"cannot decode the audio stream ({e}); for headerless 16-bit "
+                             "PCM give its sample rate") from None
     if isinstance(source, (bytes, bytearray)):
         if not source:
             raise AudioError(name, "empty", "no audio data (0 bytes)")
@@ -111,6 +134,8 @@ def audio_duration(source: AudioSource) -> float | None:
     """Duration in seconds from the header (no samples read); None when the header does not say."""
     if isinstance(source, np.ndarray):
         return len(source) / SAMPLE_RATE
+    if isinstance(source, PipeSource):  # reading its header would consume it
+        return None
     name = _source_name(source)
     with _open(source, name) as f:
         return f.frames / f.samplerate if f.frames > 0 else None
@@ -141,7 +166,7 @@ def stream_audio(source: AudioSource, block_seconds: float = BLOCK_SECONDS) -> I
     f = _open(source, name)
     with f:
         rate = f.samplerate
-        if not isinstance(source, np.ndarray):
+        if not isinstance(source, PipeSource):  # a stream's header cannot know its length
             check_complete(source, name, f.frames, rate)  # as load_audio: a truncated WAV is refused
 
         def read(frames: int) -> np.ndarray:

@@ -30,7 +30,7 @@ LAYERS = [
     ["package"],
     ["train"],
     ["writers", "decode_inputs", "transcribe"],  # result files, checked manifests, files of any length
-    ["recognizer", "exported", "info", "whisper", "lm_build"],  # a package (or an export) put to use
+    ["recognizer", "exported", "info", "whisper", "lm_build", "streaming"],  # a package (or an export) put to use
     ["export", "plots"],  # built on the recognizer and the exported runtime
     ["cli", "__main__", ""],  # the command line, the `asr` entry point, the package facade
 ]

@@ -291,7 +291,7 @@ def test_conformer_depthwise_conv_equals_conv1d():
     module.pointwise_in = torch.nn.Identity()  # feed the depthwise conv directly (GLU halves 2D → D)
     x = torch.randn(3, 9, 24, requires_grad=True)
     valid = torch.ones(3, 9, 1, dtype=torch.bool)
-    got = module(x, valid)
+    got, _ = module(x, valid)
     h = torch.nn.functional.glu(x, dim=-1)
     h = module.depthwise(h.transpose(1, 2)).transpose(1, 2)  # the plain Conv1d formulation
     want = module.pointwise_out(torch.nn.functional.silu(module.norm(h)))
@@ -314,7 +314,7 @@ def test_interctc_loss_is_the_intermediate_blocks_ctc(changes):
         x = m.encoder.pos(x)
         mask = lengths_to_mask(enc_lens, x.size(1)).unsqueeze(1)
         for block in m.encoder.layers[:2]:
-            x = block(x, mask)
+            x = block(x, mask, mask.transpose(1, 2))
         inter = m.ctc.loss(m.encoder.norm(x), enc_lens, tokens, token_lens)
     torch.testing.assert_close(out["loss_interctc"], inter)
     expected = 0.4 * (0.75 * out["loss_ctc"] + 0.25 * inter) + 0.6 * out["loss_att"]
@@ -342,11 +342,11 @@ def test_self_conditioned_ctc_feeds_the_intermediate_posteriors_back():
         x = m.encoder.pos(x)
         mask = lengths_to_mask(enc_lens, x.size(1)).unsqueeze(1)
         for block in m.encoder.layers[:2]:
-            x = block(x, mask)
+            x = block(x, mask, mask.transpose(1, 2))
         inter = m.encoder.norm(x)
         x = x + m.encoder.condition(m.ctc.proj(inter).softmax(-1))
         for block in m.encoder.layers[2:]:
-            x = block(x, mask)
+            x = block(x, mask, mask.transpose(1, 2))
         want = m.encoder.norm(x)
         enc, _ = m.encode(feats, lens)
         out = m(feats, lens, tokens, token_lens)

@@ -180,39 +180,67 @@ _HASH_MUL = 1_000_003  # prefix hash h·c = h·_HASH_MUL + c + 1 (int64, wrappin
 
 def ctc_prefix_beam_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int,
                            token_beam: int | None = None, blank: int = BLANK) -> list[list[Hypothesis]]:
-    """Frame-synchronous CTC prefix beam search, batched over utterances.
+    """Frame-synchronous CTC prefix beam search, batched over utterances (`CTCPrefixBeams` over all frames).
+
+    Args:
+        log_probs (B, T, V), lengths (B,). Returns per utterance up to `beam` hypotheses, best first,
+        score = log P(prefix) over all its alignments.
+    """
+    search = CTCPrefixBeams(log_probs.size(0), beam, log_probs.size(-1), log_probs.device, token_beam, blank)
+    search.advance(log_probs, lengths)
+    return search.nbest()
+
+
+class CTCPrefixBeams:
+    """CTC prefix beam search (Graves 2012; Hannun et al. 2014) that can be fed frames as they come (streaming).
 
     At every frame each of the `beam` prefixes either stays (blank, or a repeat of its last token) or is
     extended by one of the `token_beam` (default: `beam`) most probable non-blank tokens of that frame;
     extensions equal to a prefix already in the beam are merged into it (probabilities add), and the `beam`
     most probable prefixes survive. Prefixes are identified by a 64-bit rolling hash plus length and last
     token. Everything is vectorized over (utterances, beams, tokens); the loop runs over frames.
-
-    Args:
-        log_probs (B, T, V), lengths (B,). Returns per utterance up to `beam` hypotheses, best first,
-        score = log P(prefix) over all its alignments.
+    Feeding a whole utterance at once or in pieces gives the same hypotheses, scores and emission frames.
     """
-    B, T, V = log_probs.shape
-    W, dev = beam, log_probs.device
-    K = max(1, min(token_beam or W, V - 1))
-    valid = lengths_to_mask(lengths.to(dev), T)
-    x = log_probs.detach().float().masked_fill(~valid.unsqueeze(-1), NEG_INF)
-    x[..., blank] = x[..., blank].masked_fill(~valid, 0.0)  # padded frames: blank with probability 1
-    blank_lp = x[..., blank]  # (B, T)
-    top_lp, top_tok = x.index_fill(-1, torch.tensor([blank], device=dev), NEG_INF).topk(K, -1)  # (B, T, K)
 
-    pb = torch.full((B, W), NEG_INF, device=dev)
-    pb[:, 0] = 0.0
-    pnb = torch.full((B, W), NEG_INF, device=dev)
-    last = torch.full((B, W), -1, dtype=torch.long, device=dev)
-    length = torch.zeros(B, W, dtype=torch.long, device=dev)
-    hsh = torch.zeros(B, W, dtype=torch.long, device=dev)
-    parents, emits = [], []
-    for t in range(T):
-        ck, lk = top_tok[:, t], top_lp[:, t]  # (B, K)
+    def __init__(self, batch: int, beam: int, vocab: int, device: torch.device | str = "cpu",
+                 token_beam: int | None = None, blank: int = BLANK):
+        B, W = batch, beam
+        self.W, self.K, self.blank, self.device = W, max(1, min(token_beam or W, vocab - 1)), blank, device
+        self.pb = torch.full((B, W), NEG_INF, device=device)  # log P(prefix, last frame blank)
+        self.pb[:, 0] = 0.0
+        self.pnb = torch.full((B, W), NEG_INF, device=device)  # log P(prefix, last frame its last token)
+        self.last = torch.full((B, W), -1, dtype=torch.long, device=device)
+        self.length = torch.zeros(B, W, dtype=torch.long, device=device)
+        self.hsh = torch.zeros(B, W, dtype=torch.long, device=device)
+        self.parents: list[torch.Tensor] = []  # per frame (B, W): the beam each prefix came from
+        self.emits: list[torch.Tensor] = []  # per frame (B, W): the token it emitted there, or -1
+
+    @property
+    def frames(self) -> int:
+        return len(self.parents)
+
+    def advance(self, log_probs: torch.Tensor, lengths: torch.Tensor | None = None) -> None:
+        """Feed the next frames: log_probs (B, T, V); `lengths` (B,) valid frames of each (default: all T).
+        Frames past an utterance's length count as blank with probability 1 (they change nothing)."""
+        B, T, _ = log_probs.shape
+        dev, blank = self.device, self.blank
+        x = log_probs.detach().float().to(dev)
+        if lengths is not None:
+            valid = lengths_to_mask(lengths.to(dev), T)
+            x = x.masked_fill(~valid.unsqueeze(-1), NEG_INF)
+            x[..., blank] = x[..., blank].masked_fill(~valid, 0.0)
+        blank_lp = x[..., blank]  # (B, T)
+        top_lp, top_tok = x.index_fill(-1, torch.tensor([blank], device=dev), NEG_INF).topk(self.K, -1)  # (B, T, K)
+        for t in range(T):
+            self._step(x[:, t], blank_lp[:, t:t + 1], top_tok[:, t], top_lp[:, t])
+
+    def _step(self, x: torch.Tensor, blank_lp: torch.Tensor, ck: torch.Tensor, lk: torch.Tensor) -> None:
+        """One frame: x (B, V) log-probs, blank_lp (B, 1), its top non-blank tokens ck and log-probs lk (B, K)."""
+        W, K = self.W, self.K
+        pb, pnb, last, length, hsh = self.pb, self.pnb, self.last, self.length, self.hsh
         total = torch.logaddexp(pb, pnb)  # (B, W)
-        y_last = x[:, t].gather(1, last.clamp(min=0)).masked_fill(last < 0, NEG_INF)
-        stay_b = total + blank_lp[:, t:t + 1]
+        y_last = x.gather(1, last.clamp(min=0)).masked_fill(last < 0, NEG_INF)
+        stay_b = total + blank_lp
         stay_nb = pnb + y_last
         same = ck.unsqueeze(1) == last.unsqueeze(2)  # (B, W, K)
         ext = (torch.where(same, pb.unsqueeze(2), total.unsqueeze(2)) + lk.unsqueeze(1)).flatten(1)  # (B, W·K)
@@ -229,31 +257,41 @@ def ctc_prefix_beam_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam:
         e = (idx - W).clamp(min=0)  # index into the extensions
         src = torch.where(is_stay, idx, e // K)  # parent beam
         token = torch.where(is_stay, -1, ext_last.gather(1, e))
-        pb = torch.where(is_stay, stay_b.gather(1, src), NEG_INF)
-        pnb = torch.where(is_stay, stay_nb.gather(1, src), ext.gather(1, e))
-        last = torch.where(is_stay, last.gather(1, src), token)
-        length = torch.where(is_stay, length.gather(1, src), ext_len.gather(1, e))
-        hsh = torch.where(is_stay, hsh.gather(1, src), ext_hash.gather(1, e))
-        parents.append(src)
-        emits.append(token)
-    scores = torch.logaddexp(pb, pnb)
-    order = scores.argsort(1, descending=True)  # (B, W) (already sorted after a topk, but T may be 0)
-    scores = scores.gather(1, order).cpu()
-    if T:  # backtrack the emitted tokens
-        parents_t, emits_t = torch.stack(parents).cpu(), torch.stack(emits).cpu()  # (T, B, W)
+        self.pb = torch.where(is_stay, stay_b.gather(1, src), NEG_INF)
+        self.pnb = torch.where(is_stay, stay_nb.gather(1, src), ext.gather(1, e))
+        self.last = torch.where(is_stay, last.gather(1, src), token)
+        self.length = torch.where(is_stay, length.gather(1, src), ext_len.gather(1, e))
+        self.hsh = torch.where(is_stay, hsh.gather(1, src), ext_hash.gather(1, e))
+        self.parents.append(src)
+        self.emits.append(token)
+
+    def paths(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every utterance's prefixes, best first: scores (B, W), and per frame the token each emitted there or
+        -1, (B, W, T) — backtracked through the parents."""
+        scores = torch.logaddexp(self.pb, self.pnb)
+        order = scores.argsort(1, descending=True)  # (B, W) (already sorted after a topk, but T may be 0)
+        scores = scores.gather(1, order).cpu()
+        B, W, T = scores.size(0), self.W, self.frames
+        if not T:
+            return scores, torch.full((B, W, 0), -1, dtype=torch.long)
+        parents_t, emits_t = torch.stack(self.parents).cpu(), torch.stack(self.emits).cpu()  # (T, B, W)
         idx, seq = order.cpu(), []
         for t in range(T - 1, -1, -1):
             seq.append(emits_t[t].gather(1, idx))
             idx = parents_t[t].gather(1, idx)
-        seq = torch.stack(seq[::-1], -1)  # (B, W, T)
-    out = []
-    for b in range(B):
-        hyps = []
-        for w in range(W):
-            s = float(scores[b, w])
-            if s == NEG_INF:
-                continue
-            toks = [] if not T else [int(v) for v in seq[b, w] if v >= 0]
-            hyps.append(Hypothesis(toks, s, {"ctc": s}))
-        out.append(hyps)
-    return out
+        return scores, torch.stack(seq[::-1], -1)
+
+    def nbest(self) -> list[list[Hypothesis]]:
+        """Per utterance up to `beam` hypotheses, best first, score = log P(prefix) over all its alignments."""
+        scores, seq = self.paths()
+        out = []
+        for b in range(scores.size(0)):
+            hyps = []
+            for w in range(self.W):
+                s = float(scores[b, w])
+                if s == NEG_INF:
+                    continue
+                toks = [int(v) for v in seq[b, w] if v >= 0]
+                hyps.append(Hypothesis(toks, s, {"ctc": s}))
+            out.append(hyps)
+        return out

@@ -25,10 +25,11 @@ from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
 from asr_transformer.decode.greedy import greedy_search
 from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.errors import UserError
+from asr_transformer.frames import chunk_frames
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.tokens import EOS, IGNORE_ID, PAD, SOS
 
-__all__ = ["MODES", "Hypothesis", "recognize", "attention_scores", "check_modes", "read_lm", "fusion_lm",
+__all__ = ["MODES", "Hypothesis", "recognize", "rescore", "attention_scores", "check_modes", "read_lm", "fusion_lm",
            "transcriber"]
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
@@ -79,7 +80,7 @@ def attention_scores(model, enc: torch.Tensor, enc_lens: torch.Tensor, utt: torc
     return (lp * (target != IGNORE_ID)).sum(1)
 
 
-def _rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weight: float,
+def rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weight: float,
              length_penalty: float, lm=None, lm_weight: float = 0.0) -> list[list[Hypothesis]]:
     """Rescore CTC n-best lists with the attention decoder (and an LM):
     λ·ctc + (1−λ)·att [+ β·lm] + length_penalty·(tokens + 1)."""
@@ -122,7 +123,8 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
     try:
         with torch.inference_mode():
             enc, enc_lens = model.encode(feats.to(dev), feat_lens.to(dev),
-                                         None if speaker_mean is None else speaker_mean.to(dev))
+                                         None if speaker_mean is None else speaker_mean.to(dev),
+                                         chunk_frames(opts.chunk_ms, model.cfg.subsampling), opts.left_chunks)
             if enc.size(1) == 0:  # every utterance too short to give one encoder frame
                 return [[Hypothesis([], 0.0)] for _ in range(enc.size(0))]
             if mode == "greedy":
@@ -140,7 +142,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
             hyps = ctc_prefix_beam_search(ctc, enc_lens, opts.beam)
             if mode == "ctc_beam":
                 return [h[:nbest] or [Hypothesis([], float("-inf"))] for h in hyps]
-            return [h[:nbest] for h in _rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty,
+            return [h[:nbest] for h in rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty,
                                                 lm, opts.lm_weight)]
     finally:
         model.train(was_training)

@@ -88,17 +88,25 @@ class ASRModel(nn.Module):
                               per_utterance=self.cfg.utterance_cmn or self.cfg.speaker_cmn,
                               speaker_mean=speaker_mean if self.cfg.speaker_cmn else None)
 
-    def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor,
-               speaker_mean: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, feats: torch.Tensor, feat_lens: torch.Tensor, speaker_mean: torch.Tensor | None = None,
+               chunk: int = 0, left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
         """feats (B, T, input_dim) raw log-mel, feat_lens (B,) [, speaker_mean (B, input_dim): `normalize`]
-        → enc (B, T', D), enc_lens (B,)."""
+        → enc (B, T', D), enc_lens (B,). chunk > 0: the encoder attends in chunks of that many frames, each
+        seeing `left_chunks` chunks before it (all when < 0): what streaming gives (`encode_chunk`)."""
         feats = self.normalize(feats, feat_lens, speaker_mean)
         dtype = self.encoder_dtype
         head = self.ctc.proj if self.ctc is not None else None
-        if dtype == torch.float32:
-            return self.encoder(feats, feat_lens, head)
-        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens, head)
+        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens, head, chunk, left_chunks)
         return enc.float(), enc_lens
+
+    def encode_chunk(self, feats: torch.Tensor, state) -> torch.Tensor:
+        """Streaming: the next chunk's encoder output (B, T', D) float32 from its raw log-mel input frames
+        (B, T, input_dim); `state` is the encoder's `EncoderState` (`encoder.start_stream`), updated."""
+        if self.cfg.utterance_cmn or self.cfg.speaker_cmn:
+            raise ValueError("a model that subtracts each utterance's mean cannot stream")
+        feats = (feats - self.cmvn_mean) * self.cmvn_istd
+        head = self.ctc.proj if self.ctc is not None else None
+        return self.encoder.forward_chunk(feats.to(self.encoder_dtype), state, head).float()
 
     @property
     def encoder_dtype(self) -> torch.dtype:

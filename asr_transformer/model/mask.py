@@ -24,3 +24,12 @@ def key_padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor | None
 def causal_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     """(size, size) bool, lower triangular: position i may attend to positions ≤ i."""
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def chunk_mask(size: int, chunk: int, left_chunks: int = -1, device: torch.device | str | None = None) -> torch.Tensor:
+    """(size, size) bool, the streaming encoder's attention: frame i, in chunk i // chunk, may attend to the
+    frames of its own chunk and of the `left_chunks` chunks before it (all earlier chunks when < 0)."""
+    block = torch.arange(size, device=device) // chunk
+    diff = block.unsqueeze(1) - block.unsqueeze(0)  # query chunk − key chunk
+    allowed = diff >= 0
+    return allowed & (diff <= left_chunks) if left_chunks >= 0 else allowed

@@ -1,0 +1,246 @@
+"""Live recognition: audio fed as it arrives, partial transcripts while someone speaks, a final one per utterance.
+
+Read top to bottom (WeNet's U2 design, on this toolkit's model):
+
+1. Features: 16 kHz samples → log-mel frames as soon as a 25 ms window is complete (the same frames `fbank` gives
+   the whole recording).
+2. Encoder: every `chunk` encoder frames (`decode.chunk_ms`, e.g. 640 ms) the streaming encoder
+   (`Encoder.forward_chunk`) turns the input frames they need into encoder frames, attending to the chunk itself
+   and the cached chunks before it: the same output as the whole utterance under `chunk_mask`.
+3. Search: CTC prefix beam search (`CTCPrefixBeams`) carries its beams from chunk to chunk; after each chunk its
+   best prefix is the partial transcript.
+4. Endpoint: after `endpoint_silence` seconds in which CTC's best label is blank (following speech), after
+   `max_silence` seconds without any speech, after `max_segment` seconds, or at the end of the input, the n-best
+   of the utterance is rescored by the attention decoder over the utterance's encoder frames (and the word LM,
+   as the `rescore` mode does) and given out as final, with its start and end times. The encoder and search then
+   start afresh for the next utterance.
+
+Without endpoints inside, the partials are exactly the offline `ctc_beam` decoding and the final exactly the
+offline `rescore` decoding with the same `chunk_ms` (tests/test_streaming.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from asr_transformer.data.features import fbank, num_frames
+from asr_transformer.decode import Hypothesis
+from asr_transformer.decode.ctc_prefix import CTCPrefixBeams
+from asr_transformer.decode.search import DecodeError
+from asr_transformer.frames import chunk_frames
+from asr_transformer.tokens import BLANK
+
+DEFAULT_CHUNK_MS = 640
+
+
+@dataclass
+class StreamEvent:
+    """A partial (may still change) or final (will not) transcript of the current utterance; times in seconds
+    from the start of the stream; `latency`: seconds from the arrival of the audio that completed it to the event
+    (compute time)."""
+
+    kind: str  # "partial" | "final"
+    text: str
+    start: float
+    end: float
+    tokens: list[int] = field(default_factory=list)
+    score: float | None = None
+    latency: float = 0.0
+
+
+@dataclass
+class Endpointing:
+    """When an utterance ends (WeNet's rules): CTC's best label blank for `endpoint_silence` s after speech, or for
+    `max_silence` s without speech (dropped), or `max_segment` s of audio in the utterance. 0 turns a rule off."""
+
+    endpoint_silence: float = 0.8
+    max_silence: float = 5.0
+    max_segment: float = 20.0
+
+
+class StreamingRecognizer:
+    """Feed 16 kHz samples as they come (`feed`), then `finish`; each returns the new `StreamEvent`s.
+
+        stream = StreamingRecognizer(Recognizer("model.pt"), chunk_ms=640)
+        for block in microphone_blocks():
+            for event in stream.feed(block):
+                print(event.kind, event.text)
+        events = stream.finish()
+
+    recognizer: a `Recognizer` of a streaming-trained model (`model.streaming: true`) or of one without Conformer
+    convolutions; its options give the beam, CTC weight, length bonus and LMs of the final rescoring.
+    rescore: False gives CTC's best prefix as final (no attention decoder pass).
+    """
+
+    def __init__(self, recognizer, chunk_ms: float | None = None, left_chunks: int | None = None,
+                 endpointing: Endpointing = Endpointing(), rescore: bool = True):
+        model, cfg = recognizer.model, recognizer.config
+        if model.ctc is None:
+            raise DecodeError("streaming needs a CTC head, which this model does not have")
+        if cfg.model.conv_kernel > 0 and not cfg.model.streaming:
+            raise DecodeError("this model's Conformer convolutions look ahead, so it cannot stream; train a streaming "
+                              "model (model.streaming: true)")
+        if cfg.model.utterance_cmn or cfg.model.speaker_cmn or cfg.features.kind != "fbank":
+            raise DecodeError("this model normalizes by each utterance's mean (or uses Whisper's features), so it "
+                              "cannot stream")
+        opts = recognizer.options
+        chunk_ms = chunk_ms if chunk_ms is not None else (opts.chunk_ms or DEFAULT_CHUNK_MS)
+        self.recognizer, self.model, self.features = recognizer, model, cfg.features
+        self.chunk = chunk_frames(chunk_ms, cfg.model.subsampling, cfg.features.frame_shift_ms)
+        self.left_chunks = opts.left_chunks if left_chunks is None else left_chunks
+        self.endpointing, self.rescore = endpointing, rescore and cfg.model.decoder_layers > 0
+        self.hop = int(cfg.features.sample_rate * cfg.features.frame_shift_ms / 1000)
+        self.win = int(cfg.features.sample_rate * cfg.features.frame_length_ms / 1000)
+        self.frame_seconds = cfg.features.frame_shift_ms / 1000 * cfg.model.subsampling  # one encoder frame
+        self.need = model.encoder.chunk_input_frames(self.chunk)
+        self.step = self.chunk * cfg.model.subsampling
+        self._samples = np.zeros(0, np.float32)  # samples from the first frame not yet computed on
+        self._feats = torch.zeros(0, cfg.features.num_mel_bins)  # input frames from the utterance's next chunk on
+        self._frames_done = 0  # input frames of the stream before `_feats`
+        self._last_partial = None
+        self._start_utterance()
+
+    @property
+    def chunk_seconds(self) -> float:
+        return self.chunk * self.frame_seconds
+
+    def _start_utterance(self) -> None:
+        self._state = self.model.encoder.start_stream(self.chunk, self.left_chunks)
+        opts = self.recognizer.options
+        self._search = CTCPrefixBeams(1, opts.beam, self.model.cfg.vocab_size, self.recognizer.device)
+        self._enc: list[torch.Tensor] = []  # the utterance's encoder chunks (1, c, D)
+        self._start_frame = self._frames_done  # input frame the utterance starts at
+        self._blank_run, self._spoke = 0, False  # trailing encoder frames whose best label is blank; any speech yet
+
+    # ----------------------------------------------------------------------------------------- input
+
+    def feed(self, samples: np.ndarray) -> list[StreamEvent]:
+        """The next 16 kHz mono float samples (any number) → the events they complete (partials, finals)."""
+        arrived = time.perf_counter()
+        self._samples = np.concatenate([self._samples, np.asarray(samples, np.float32).reshape(-1)])
+        n = num_frames(len(self._samples), self.features)
+        if n:
+            wave = torch.from_numpy(self._samples[:(n - 1) * self.hop + self.win])
+            self._feats = torch.cat([self._feats, fbank(wave, self.features)])
+            self._samples = self._samples[n * self.hop:]
+        events = []
+        while self._feats.size(0) >= self.need:
+            events += self._chunk(self._feats[:self.need], arrived)
+        return events
+
+    def finish(self) -> list[StreamEvent]:
+        """The end of the input: the frames left (a last, shorter chunk) and the last utterance's final."""
+        arrived = time.perf_counter()
+        events = []
+        while self._feats.size(0) >= self.need:
+            events += self._chunk(self._feats[:self.need], arrived)
+        if self._feats.size(0):
+            events += self._chunk(self._feats, arrived, last=True)
+        if self._enc and self._spoke:  # an utterance of silence only gives no final
+            events.append(self._final(arrived))
+        self._feats = self._feats[:0]
+        return events
+
+    # ----------------------------------------------------------------------------------------- chunks
+
+    def _chunk(self, feats: torch.Tensor, arrived: float, last: bool = False) -> list[StreamEvent]:
+        """Encode and search one chunk of input frames (T, F); → a partial if the best prefix changed, and a
+        final if an endpoint follows."""
+        with torch.inference_mode():
+            enc = self.model.encode_chunk(feats.unsqueeze(0).to(self.recognizer.device), self._state)
+            drop = feats.size(0) if last else self.step
+            self._feats, self._frames_done = self._feats[drop:], self._frames_done + drop
+            if enc.size(1) == 0:
+                return []
+            log_probs = self.model.ctc_log_probs(enc)
+        self._enc.append(enc)
+        self._search.advance(log_probs)
+        self._count_silence(log_probs[0].argmax(-1))
+        events = []
+        tokens, frames = self._best_path()
+        if tokens != self._last_partial:
+            self._last_partial = tokens
+            start, end = self._times(frames)
+            events.append(StreamEvent("partial", self._text(tokens, "ctc_beam"), start, end, tokens,
+                                      latency=time.perf_counter() - arrived))
+        if not last and self._endpoint():
+            if self._spoke:
+                events.append(self._final(arrived))
+            self._start_utterance()
+        return events
+
+    def _count_silence(self, best: torch.Tensor) -> None:
+        """best (c,): CTC's best label per new encoder frame; updates the trailing-blank run and `_spoke`."""
+        speech = (best != BLANK).nonzero()
+        if speech.numel():
+            self._spoke = True
+            self._blank_run = best.numel() - 1 - int(speech[-1])
+        else:
+            self._blank_run += best.numel()
+
+    def _endpoint(self) -> bool:
+        e, silence = self.endpointing, self._blank_run * self.frame_seconds
+        length = self._search.frames * self.frame_seconds
+        if self._spoke and e.endpoint_silence > 0 and silence >= e.endpoint_silence:
+            return True
+        if not self._spoke and e.max_silence > 0 and silence >= e.max_silence:
+            return True
+        return e.max_segment > 0 and length >= e.max_segment
+
+    # ----------------------------------------------------------------------------------------- results
+
+    def _best_path(self, rank: int = 0) -> tuple[list[int], list[int]]:
+        """The tokens of the search's `rank`-th prefix and the encoder frame (in the utterance) each was emitted."""
+        _, seq = self._search.paths()
+        row = seq[0, rank]
+        frames = (row >= 0).nonzero().flatten().tolist()
+        return [int(row[t]) for t in frames], frames
+
+    def _times(self, frames: list[int]) -> tuple[float, float]:
+        """Encoder frames of the utterance → (start, end) seconds in the stream; the utterance's extent if none."""
+        origin = self._start_frame * self.features.frame_shift_ms / 1000
+        if not frames:
+            return origin, origin + self._search.frames * self.frame_seconds
+        return origin + frames[0] * self.frame_seconds, origin + (frames[-1] + 1) * self.frame_seconds
+
+    def _text(self, tokens: list[int], mode: str) -> str:
+        return " ".join(self.recognizer.text(tokens, mode).split())
+
+    def _final(self, arrived: float) -> StreamEvent:
+        """The utterance's final: its n-best rescored (or CTC's best), then a fresh utterance."""
+        nbest = self._search.nbest()[0]
+        if self.rescore and nbest:
+            enc = torch.cat(self._enc, 1)
+            best = self.recognizer.rescore(enc, nbest)
+            rank = next(i for i, h in enumerate(nbest) if h.tokens == best.tokens)
+            mode = "rescore"
+        else:
+            best, rank, mode = (nbest[0] if nbest else Hypothesis([], float("-inf"))), 0, "ctc_beam"
+        tokens, frames = self._best_path(rank) if nbest else ([], [])
+        start, end = self._times(frames)
+        event = StreamEvent("final", self._text(best.tokens, mode), start, end, best.tokens, float(best.score),
+                            latency=time.perf_counter() - arrived)
+        self._last_partial = None
+        self._start_utterance()
+        return event
+
+
+def stream_file(recognizer, source, chunk_ms: float | None = None, realtime: bool = False,
+                block_seconds: float = 0.1, **options):
+    """Stream an audio source (a path, bytes, an array or a `transcribe.PipeSource`) through a
+    `StreamingRecognizer` in blocks of `block_seconds` → yields its events. `realtime`: feed no faster than the
+    audio plays (a file as a microphone would give it). options: `StreamingRecognizer`'s."""
+    from asr_transformer.transcribe import stream_audio
+
+    stream = StreamingRecognizer(recognizer, chunk_ms, **options)
+    t0, fed = time.perf_counter(), 0
+    for block in stream_audio(source, block_seconds):
+        if realtime:
+            time.sleep(max(0.0, t0 + (fed + len(block)) / 16000 - time.perf_counter()))
+        fed += len(block)
+        yield from stream.feed(block)
+    yield from stream.finish()

@@ -1,0 +1,211 @@
+"""Streaming: the chunked encoder fed chunk by chunk equals the whole utterance under the same chunk mask; dynamic
+chunk training; streaming CTC search equals the offline search; `asr transcribe --stream`."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from asr_transformer.config import PRESETS, ModelConfig
+from asr_transformer.model.asr import ASRModel
+from asr_transformer.model.mask import chunk_mask
+
+torch.set_num_threads(1)
+VOCAB, FEAT = 16, 20
+
+
+def streaming_model(seed=0, **changes) -> ASRModel:
+    cfg = ModelConfig(input_dim=FEAT, vocab_size=VOCAB, **PRESETS["tiny"])
+    cfg = dataclasses.replace(cfg, streaming=True, **changes)
+    torch.manual_seed(seed)
+    m = ASRModel(cfg).eval()
+    m.set_cmvn(torch.randn(FEAT) * 0.1, torch.rand(FEAT) + 0.5)
+    return m
+
+
+def incremental(m: ASRModel, feats: torch.Tensor, chunk: int, left_chunks: int) -> torch.Tensor:
+    """feats (1, T, F) fed `chunk` encoder frames at a time, as a stream is → (1, T', D)."""
+    state = m.encoder.start_stream(chunk, left_chunks)
+    need, step = m.encoder.chunk_input_frames(chunk), chunk * m.encoder.subsampling.factor
+    outs, start = [], 0
+    while start < feats.size(1):
+        outs.append(m.encode_chunk(feats[:, start:start + need], state))
+        start += step
+    return torch.cat(outs, 1)
+
+
+def test_chunk_mask():
+    assert chunk_mask(5, 2).int().tolist() == [
+        [1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    assert chunk_mask(6, 2, left_chunks=1).int().tolist()[4] == [0, 0, 1, 1, 1, 1]
+    assert chunk_mask(4, 1, left_chunks=0).int().tolist() == torch.eye(4, dtype=torch.int).tolist()
+
+
+@pytest.mark.parametrize("conformer", [False, True])
+@pytest.mark.parametrize("chunk,left_chunks", [(1, -1), (3, -1), (4, 2), (5, 0), (16, 1)])
+def test_incremental_encoder_equals_chunk_masked(conformer, chunk, left_chunks):
+    m = streaming_model(conv_kernel=5 if conformer else 0, subsampling=4)
+    feats = torch.randn(1, 97, FEAT, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full, lens = m.encode(feats, torch.tensor([97]), chunk=chunk, left_chunks=left_chunks)
+        inc = incremental(m, feats, chunk, left_chunks)
+    assert inc.shape == full.shape and int(lens) == full.size(1)
+    torch.testing.assert_close(inc, full, atol=1e-5, rtol=1e-5)
+    if chunk < full.size(1):  # the chunk mask matters: full context differs
+        whole, _ = m.encode(feats, torch.tensor([97]))
+        assert not torch.allclose(whole, full, atol=1e-4)
+
+
+def test_chunked_encoder_is_padding_invariant_and_causal():
+    m = streaming_model(conv_kernel=5, subsampling=8)
+    g = torch.Generator().manual_seed(4)
+    feats = torch.randn(2, 120, FEAT, generator=g)
+    lens = torch.tensor([120, 83])
+    with torch.no_grad():
+        both, enc_lens = m.encode(feats, lens, chunk=2)
+        alone, _ = m.encode(feats[1:, :83], lens[1:], chunk=2)
+        torch.testing.assert_close(both[1:, :int(enc_lens[1])], alone, atol=1e-5, rtol=1e-5)
+        # changing input frames from 64 on leaves every encoder frame of the chunks before untouched
+        later = feats.clone()
+        later[:, 64:] = torch.randn(2, 56, FEAT, generator=g)
+        changed, _ = m.encode(later, lens, chunk=2)
+    # frame j sees input < 8·j + 15; the chunk of frames 4–5 sees input < 8·5 + 15 = 55 ≤ 64
+    torch.testing.assert_close(changed[:, :6], both[:, :6])
+    assert not torch.allclose(changed[0, 6:8], both[0, 6:8])
+
+
+def test_dynamic_chunk_training_draws_chunks():
+    m = streaming_model()
+    torch.manual_seed(0)
+    draws = [m.encoder.draw_chunk() for _ in range(400)]
+    full = sum(d == 0 for d in draws)
+    assert 150 < full < 250 and set(draws) - {0} <= set(range(1, 26)) and len(set(draws)) > 20
+
+
+# ------------------------------------------------------------------------------------- streaming decoding
+
+@pytest.fixture(scope="module")
+def streaming_package(tmp_path_factory):
+    """A random streaming Conformer package (char units, ×4) and 3.2 s of tone 'speech' with a pause."""
+    import numpy as np
+    import soundfile as sf
+
+    from asr_transformer.config import Config
+    from asr_transformer.data.tokenizer import train_tokenizer
+    from asr_transformer.package import save_package
+
+    root = tmp_path_factory.mktemp("stream")
+    tok = train_tokenizer(["one two three", "four five six"] * 5, root / "tok", model_type="char")
+    cfg = Config()
+    cfg.model = ModelConfig(input_dim=cfg.features.num_mel_bins, vocab_size=tok.vocab_size, **PRESETS["tiny"],
+                            conv_kernel=5, streaming=True)
+    torch.manual_seed(0)
+    m = ASRModel(cfg.model)
+    save_package(root / "model.pt", cfg, tok, m.state_dict())
+    t = np.arange(16000) / 16000
+    rng = np.random.default_rng(0)
+    tones = [0.3 * np.sin(2 * np.pi * f * t[: int(16000 * d)]) for f, d in ((220, 0.7), (330, 0.5), (500, 0.6))]
+    audio = np.concatenate([tones[0], np.zeros(4000), tones[1], np.zeros(12000), tones[2], np.zeros(3200)])
+    audio = (audio + 0.01 * rng.standard_normal(audio.size)).astype(np.float32)
+    sf.write(root / "a.wav", audio, 16000, subtype="PCM_16")
+    return root, sf.read(root / "a.wav", dtype="float32")[0]
+
+
+def offline(rec, audio, mode):
+    """The best hypothesis of decoding `audio` whole with the recognizer's options (its chunk_ms)."""
+    feats = rec.features(audio).unsqueeze(0)
+    return rec.recognize(feats, torch.tensor([feats.size(1)]), mode)[0][0]
+
+
+NO_ENDPOINTS = dict(endpoint_silence=0, max_silence=0, max_segment=0)
+
+
+@pytest.mark.parametrize("chunk_ms", [160, 320, 640])
+def test_streaming_equals_offline_decoding_under_the_same_chunks(streaming_package, chunk_ms):
+    """Without endpoints inside: the last partial is offline ctc_beam's best, the final offline rescore's best,
+    both computed on the whole audio with the same chunk mask; fed in odd blocks or at once makes no difference."""
+    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.streaming import Endpointing, StreamingRecognizer
+
+    root, audio = streaming_package
+    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=5, chunk_ms=chunk_ms)
+    events = []
+    stream = StreamingRecognizer(rec, endpointing=Endpointing(**NO_ENDPOINTS))
+    rng = torch.Generator().manual_seed(1)
+    pos = 0
+    while pos < audio.size:
+        n = int(torch.randint(1, 3000, (), generator=rng))
+        events += stream.feed(audio[pos:pos + n])
+        pos += n
+    events += stream.finish()
+    partials, finals = [e for e in events if e.kind == "partial"], [e for e in events if e.kind == "final"]
+    assert len(finals) == 1 and partials
+    assert partials[-1].tokens == offline(rec, audio, "ctc_beam").tokens
+    best = offline(rec, audio, "rescore")
+    assert finals[0].tokens == best.tokens and finals[0].score == pytest.approx(best.score, abs=1e-3)
+    assert finals[0].text == rec.text(best.tokens, "rescore")
+    assert 0 <= finals[0].start < finals[0].end <= audio.size / 16000 + 0.04
+    once = StreamingRecognizer(rec, endpointing=Endpointing(**NO_ENDPOINTS))
+    again = once.feed(audio) + once.finish()
+    assert [(e.kind, e.tokens) for e in again][-1] == ("final", finals[0].tokens)
+
+
+def test_endpoints_split_the_stream(streaming_package):
+    """max_segment cuts a stream into consecutive utterances; a stream whose CTC says only blank gives no final."""
+    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.streaming import Endpointing, StreamingRecognizer
+
+    root, audio = streaming_package
+    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=3)
+    stream = StreamingRecognizer(rec, chunk_ms=320, endpointing=Endpointing(0, 0, max_segment=1.0))
+    finals = [e for e in stream.feed(audio) + stream.finish() if e.kind == "final"]
+    assert len(finals) >= 3
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(finals, finals[1:]))
+    with torch.no_grad():
+        rec.model.ctc.proj.bias[0] += 100.0  # blank everywhere: silence only
+    try:
+        stream = StreamingRecognizer(rec, chunk_ms=320, endpointing=Endpointing(max_silence=1.0))
+        events = stream.feed(audio) + stream.finish()
+        assert [e for e in events if e.kind == "final"] == [] and all(e.text == "" for e in events)
+    finally:
+        with torch.no_grad():
+            rec.model.ctc.proj.bias[0] -= 100.0
+
+
+def test_a_model_that_looks_ahead_cannot_stream(tiny_package):
+    from asr_transformer.decode.search import DecodeError
+    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.streaming import StreamingRecognizer
+
+    import dataclasses as dc
+    rec = Recognizer(tiny_package / "model.pt", device="cpu", threads=1)
+    rec.config = dc.replace(rec.config, model=dc.replace(rec.config.model, conv_kernel=5))
+    with pytest.raises(DecodeError, match="cannot stream"):
+        StreamingRecognizer(rec)
+
+
+def test_cli_streams_a_wav_from_stdin(streaming_package, tmp_path):
+    """`asr transcribe --stream -` with a WAV on stdin: tab-separated partial lines, then a final line equal to the
+    offline rescore decoding, and the usual files with --out."""
+    import json
+    import subprocess
+    import sys
+
+    from asr_transformer.recognizer import Recognizer
+
+    root, audio = streaming_package
+    cmd = [sys.executable, "-m", "asr_transformer", "transcribe", "--stream", "-", "-m", str(root / "model.pt"),
+           "--mode", "rescore", "--beam", "5", "--chunk-ms", "320", "--device", "cpu", "--threads", "1",
+           "-o", str(tmp_path), "-f", "json"]
+    out = subprocess.run(cmd, input=(root / "a.wav").read_bytes(), capture_output=True, check=True).stdout.decode()
+    lines = [line.split("\t") for line in out.splitlines()]
+    assert {line[0] for line in lines} == {"partial", "final"} and lines[0][0] == "partial"
+    finals = [line for line in lines if line[0] == "final"]
+    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=5, chunk_ms=320)
+    whole = rec.text(offline(rec, audio, "rescore").tokens, "rescore")
+    if len(finals) == 1:  # no endpoint inside: exactly the offline decoding
+        assert finals[0][3] == whole
+    for line in finals:
+        assert 0 <= float(line[1]) < float(line[2]) <= 3.3
+    written = json.loads((tmp_path / "stdin.json").read_text())
+    assert [s["text"] for s in written["segments"]] == [line[3] for line in finals if line[3]]
