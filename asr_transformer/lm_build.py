@@ -56,7 +56,7 @@ def build_lm(texts: list[Path], tokenizer_dir: Path, out: Path, order: int, word
     names <unk>, <s>, </s>); else an LM over the tokenizer's pieces. Raises LMBuildError for an unreadable
     tokenizer or text, or when the texts hold no sentence."""
     from asr_transformer.data.tokenizer import load_tokenizer
-    from asr_transformer.decode.ngram import train_ngram
+    from asr_transformer.decode.ngram import train_tables
     from asr_transformer.tokens import SPECIAL_TOKENS
 
     if order < 1:
@@ -77,8 +77,7 @@ def build_lm(texts: list[Path], tokenizer_dir: Path, out: Path, order: int, word
     if not sentences:
         raise LMBuildError(f"no text in {', '.join(map(str, texts))}")
     names = list(vocab) if words else tok.pieces(range(tok.vocab_size))
-    model = train_ngram(sentences, len(names), order)
-    model.write_arpa(out, names)
-    return BuiltLM(Path(out), order, len(sentences),
-                   model.ngram_counts(),
+    tables = train_tables(sentences, len(names), order)
+    tables.write_arpa(out, names)
+    return BuiltLM(Path(out), order, len(sentences), tables.ngram_counts(),
                    len(vocab) - len(SPECIAL_TOKENS) if words else None)

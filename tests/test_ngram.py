@@ -1,6 +1,8 @@
-"""The token n-gram LM: Kneser-Ney by hand, normalisation, ARPA round trip and errors, shallow fusion in
-beam, joint and rescore, `asr lm` and `asr decode --lm` end to end."""
+"""The token n-gram LM: Kneser-Ney by hand, normalisation, the numpy training against the dict implementation
+it replaced and the definition, ARPA round trip and errors, shallow fusion in beam, joint and rescore, `asr lm`
+and `asr decode --lm` end to end."""
 
+import math
 import random
 
 import numpy as np
@@ -46,6 +48,188 @@ def test_every_history_is_a_distribution(order):
         assert p.sum().item() == pytest.approx(1.0, abs=1e-5)
         assert p[[BLANK, SOS, MASK]].sum().item() == 0.0  # never an outcome
         assert (p[[UNK, EOS, A, B, C]] > 0).all()  # smoothing leaves nothing impossible
+
+
+# ----------------------------------------------------------------- training: numpy against references
+
+
+def _reference_train(sentences, vocab_size, order):
+    """Interpolated Kneser-Ney n-gram by n-gram over dicts: `train_ngram` as it was before numpy, kept to check
+    that the vectorised estimator gives the same numbers (and the same ARPA text)."""
+    from collections import defaultdict
+
+    from asr_transformer.decode.ngram import NOT_PREDICTED, _log_prob
+
+    counts = [defaultdict(int) for _ in range(order + 1)]  # counts[n][gram]
+    for sentence in sentences:
+        seq = [SOS, *sentence, EOS]
+        for i in range(1, len(seq)):
+            for n in range(1, min(order, i + 1) + 1):
+                counts[n][tuple(seq[i - n + 1:i + 1])] += 1
+    adjusted = [{} for _ in range(order + 1)]  # raw at the top order and after <s>, else left neighbours
+    adjusted[order] = dict(counts[order])
+    for n in range(order - 1, 0, -1):
+        left = defaultdict(int)
+        for gram in counts[n + 1]:
+            left[gram[1:]] += 1
+        adjusted[n] = {g: (c if g[0] == SOS else left[g]) for g, c in counts[n].items()}
+    outcomes = [i for i in range(vocab_size) if i not in NOT_PREDICTED]
+    uniform = math.log(1.0 / len(outcomes))
+    prob, backoff = {}, {}
+    for n in range(1, order + 1):
+        by_history = defaultdict(dict)
+        for gram, a in adjusted[n].items():
+            by_history[gram[:-1]][gram[-1]] = a
+        n1 = sum(1 for a in adjusted[n].values() if a == 1)
+        n2 = sum(1 for a in adjusted[n].values() if a == 2)
+        discount = n1 / (n1 + 2 * n2) if n1 and n2 else 0.5
+        prob[n] = {}
+        for h, followers in by_history.items():
+            total = sum(followers.values())
+            gamma = discount * len(followers) / total
+            below = {w: math.exp(_log_prob(prob, backoff, h[1:], w) if n > 1 else uniform)
+                     for w in (outcomes if n == 1 else followers)}
+            prob[n][h] = {w: math.log(max(followers.get(w, 0) - discount, 0.0) / total + gamma * b)
+                          for w, b in below.items()}
+            if n > 1:
+                backoff[h] = math.log(gamma)
+    return NgramLM(order, vocab_size, prob, backoff)
+
+
+def _reference_arpa(lm, pieces):
+    """ARPA text line by line with Python's formatting: the writer as it was before the bulk one."""
+    word = lambda i: {UNK: "<unk>", SOS: "<s>", EOS: "</s>"}.get(i) or pieces[i]  # noqa: E731
+    entries = {n: sorted((h + (w,), lp) for h, ws in lm.prob[n].items() for w, lp in ws.items())
+               for n in range(1, lm.order + 1)}
+    if lm.order > 1 and (SOS,) in lm.backoff:
+        entries[1] = sorted(entries[1] + [((SOS,), -99.0 * math.log(10))])
+    lines = ["\\data\\"] + [f"ngram {n}={len(entries[n])}" for n in entries]
+    for n in entries:
+        lines += ["", f"\\{n}-grams:"]
+        for gram, lp in entries[n]:
+            line = f"{lp / math.log(10):.6f}\t{' '.join(word(i) for i in gram)}"
+            if n < lm.order and gram in lm.backoff:
+                line += f"\t{lm.backoff[gram] / math.log(10):.6f}"
+            lines.append(line)
+    return "\n".join(lines + ["", "\\end\\", ""])
+
+
+def _by_definition(sentences, vocab_size, order):
+    """p(w | h) straight from the module docstring's formula (interpolated Kneser-Ney, one discount per order),
+    every count recounted from the sentences; h of at most order − 1 ids."""
+    from collections import Counter
+    from functools import cache
+
+    from asr_transformer.decode.ngram import NOT_PREDICTED
+
+    seqs = [[SOS, *s, EOS] for s in sentences]
+    raw = Counter(tuple(s[i - n + 1:i + 1]) for s in seqs for i in range(1, len(s))
+                  for n in range(1, min(order, i + 1) + 1))
+    adjusted = {g: c if len(g) == order or g[0] == SOS else len({x for x in raw if x[1:] == g})
+                for g, c in raw.items()}
+    discount = {}
+    for n in range(1, order + 1):
+        values = [a for g, a in adjusted.items() if len(g) == n]
+        n1, n2 = values.count(1), values.count(2)
+        discount[n] = n1 / (n1 + 2 * n2) if n1 and n2 else 0.5
+    outcomes = [i for i in range(vocab_size) if i not in NOT_PREDICTED]
+
+    @cache
+    def p(h, w):
+        below = p(h[1:], w) if h else 1 / len(outcomes)
+        followers = {g[-1]: a for g, a in adjusted.items() if g[:-1] == h}
+        if not followers:  # h never seen: the shorter history's p
+            return below
+        total, d = sum(followers.values()), discount[len(h) + 1]
+        return max(followers.get(w, 0) - d, 0) / total + d * len(followers) / total * below
+
+    return p, outcomes, {g[:-1] for g in raw}
+
+
+CORPORA = {
+    "random": [[random.Random(i).choice([UNK, A, B, C, 8, 9]) for _ in range(i % 7)] for i in range(40)],
+    "tiny vocabulary": [[A], [A, A], [], [UNK, A]],
+    "shorter than the order": [[A], [B], [A, B]],
+    "repeated sentences": [[A, B, C]] * 4 + [[C, B]] * 2,
+    "<unk>": [[UNK, UNK, A], [A, UNK], [UNK]],
+    "one word": [[A]],
+}
+
+
+@pytest.mark.parametrize("corpus", list(CORPORA))
+@pytest.mark.parametrize("order", [1, 2, 3, 4, 5])
+def test_numpy_training_equals_the_references(order, corpus, tmp_path, monkeypatch):
+    """train_tables (numpy) against the dict implementation it replaced: the same ARPA text, written a few lines
+    at a time, and every log p and back-off to float rounding; and against Kneser-Ney recomputed from its
+    definition, p(w | h) by ARPA's back-off rule for every seen history (and some unseen) and outcome."""
+    import asr_transformer.decode.ngram as ngram
+
+    monkeypatch.setattr(ngram, "SLICE", 3)
+    sentences = CORPORA[corpus]
+    vocab = 6 if corpus == "tiny vocabulary" else 10
+    pieces = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁a", "b", "▁" + "c" * 30, "é", "▁d"][:vocab]
+    tables = ngram.train_tables(sentences, vocab, order)
+    reference = _reference_train(sentences, vocab, order)
+    tables.write_arpa(tmp_path / "lm.arpa", pieces)
+    assert (tmp_path / "lm.arpa").read_text(encoding="utf-8") == _reference_arpa(reference, pieces)
+    assert tables.ngram_counts() == reference.ngram_counts()
+    lm = train_ngram(sentences, vocab, order)
+    assert lm.backoff.keys() == reference.backoff.keys()
+    assert list(lm.backoff.values()) == pytest.approx([reference.backoff[h] for h in lm.backoff], rel=1e-12)
+    for n in range(1, order + 1):
+        got = {h + (w,): lp for h, ws in lm.prob[n].items() for w, lp in ws.items()}
+        want = {h + (w,): lp for h, ws in reference.prob[n].items() for w, lp in ws.items()}
+        assert got.keys() == want.keys()
+        assert [got[g] for g in want] == pytest.approx(list(want.values()), rel=1e-12)
+
+    p, outcomes, histories = _by_definition(sentences, vocab, order)
+    from asr_transformer.decode.ngram import _log_prob  # ARPA's rule on h as given (no shortening)
+
+    unseen = {(SOS,), (A,), (SOS, B, A)[:order - 1], (C, C)[:order - 1]}  # shortened to at most order − 1
+    histories = {h for h in histories | unseen if len(h) < order} | {()}
+    for h in histories:
+        for w in outcomes:
+            assert math.exp(_log_prob(lm.prob, lm.backoff, h, w)) == pytest.approx(p(h, w), rel=1e-9), (h, w)
+
+
+def test_training_rejects_ids_it_cannot_list():
+    for bad in ([[A, SOS, B]], [[A, V]], [[-1]]):
+        with pytest.raises(ValueError, match="ids outside"):
+            train_ngram(bad, V, 2)
+    with pytest.raises(ValueError, match="no sentences"):
+        train_ngram([], V, 2)
+    with pytest.raises(ValueError, match="order"):
+        train_ngram([[A]], V, 0)
+
+
+def test_arpa_numbers_are_formatted_as_python_formats_them():
+    """The bulk formatting of log10 values gives f"{v:.6f}" exactly: near halves of 10⁻⁶ (which Python rounds
+    from the exact binary value), exact halves, −0, values that round to ±0, large and infinite ones."""
+    from asr_transformer.decode.ngram import _decimals
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([
+        -rng.uniform(0, 100, 20000), -rng.exponential(1e-6, 2000), rng.uniform(-1e7, 1e7, 2000),
+        rng.integers(-10 ** 7, 10 ** 7, 20000) / 1e6 + 5e-7,  # all near a half
+        [0.0, -0.0, -1e-9, 1e-9, 1 / 128, -1 / 128, 5e-7, -5e-7, 99.9999995, 999999.9999995, -99.0, 1e6, -1e15,
+         1e300, -math.inf, math.inf]])
+    matrix = _decimals(values)
+    got = [bytes(row[row != 0]).decode() for row in matrix]
+    assert got == [f"{v:.6f}" for v in values.tolist()]
+    assert _decimals(np.zeros(0)).shape[0] == 0
+
+
+def test_an_arpa_read_is_written_back_as_the_reference_writer_writes_it(tmp_path):
+    """NgramLM.write_arpa of an LM read from elsewhere (back-offs on some lines only, <s> at -99) writes what the
+    line-by-line writer wrote."""
+    path = tmp_path / "kenlm.arpa"
+    path.write_text(KENLM_STYLE)
+    lm = NgramLM.read_arpa(path, None)
+    names = [""] * lm.vocab_size
+    for w, i in lm.words.items():
+        names[i] = w
+    lm.write_arpa(tmp_path / "back.arpa", names)
+    assert (tmp_path / "back.arpa").read_text() == _reference_arpa(lm, names)
 
 
 def test_arpa_round_trip_and_errors(tmp_path):
@@ -230,8 +414,6 @@ def test_word_lm_scores_each_word_where_it_ends(tmp_path):
 def _same_scores(old, new, vocab, rng, queries=400, longest=6):
     """log_prob equal to 1e-6 (in fact bit for bit) and the same dense distributions, for random histories that
     mix listed and unseen contexts, <unk> and ids the LM has never seen (back-off chains of every length)."""
-    import math
-
     for _ in range(queries):
         h = [SOS] + [rng.randrange(1, vocab) for _ in range(rng.randint(0, longest))]
         w = rng.randrange(0, vocab)

@@ -19,7 +19,9 @@ same pieces. Queries follow ARPA's rule — p(w | h) is listed, or else back-off
 dense vector over the vocabulary per distinct history, cached, so a beam step costs one lookup per
 hypothesis.
 
-This dict-of-dicts model is what training builds and `write_arpa` writes; for decoding, ARPA files and a
+Training (`train_tables`) counts and estimates each order at once with numpy, over the n-grams sorted as
+arrays, and gives the rows of the ARPA file (`ArpaTables`), written in bulk; `train_ngram` gives the same LM as
+the dict-of-dicts `NgramLM` below, to query (small LMs: tests, tools). For decoding, ARPA files and a
 package's LMs are read into `ngram_binary.BinaryNgramLM` instead (`search.read_lm`): the same scores, held in
 sorted numpy arrays that are converted once, cached and memory-mapped — a large LM loads in well under a
 second instead of tens of seconds and gigabytes.
@@ -29,12 +31,15 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import math
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 
 from asr_transformer.errors import UserError
@@ -44,6 +49,7 @@ LN10 = math.log(10.0)
 NOT_PREDICTED = (BLANK, SOS, MASK)  # never an LM outcome (as for the attention decoder)
 SPECIAL_WORDS = {UNK: "<unk>", SOS: "<s>", EOS: "</s>"}
 CACHE_FLOATS = 1 << 25  # the cache of dense distributions is emptied when it would hold more (128 MB)
+SLICE = 1 << 14  # ARPA lines formatted at a time
 
 
 class NgramError(UserError, ValueError):
@@ -152,27 +158,7 @@ class NgramLM(BackoffQueries):
 
     def write_arpa(self, path: str | os.PathLike, pieces: Sequence[str]) -> None:
         """Write ARPA (log10) with the tokenizer's `pieces` (id → piece) as words; atomically."""
-        from asr_transformer.fileio import atomic_open
-
-        def word(i: int) -> str:
-            return SPECIAL_WORDS.get(i) or pieces[i]
-
-        entries = {n: sorted((h + (w,), lp) for h, ws in self.prob[n].items() for w, lp in ws.items())
-                   for n in range(1, self.order + 1)}
-        if self.order > 1 and (SOS,) in self.backoff:  # <s> is a context only: listed with log10 p = -99
-            entries[1] = sorted(entries[1] + [((SOS,), -99.0 * LN10)])
-        with atomic_open(path) as f:
-            f.write("\\data\\\n")
-            for n in range(1, self.order + 1):
-                f.write(f"ngram {n}={len(entries[n])}\n")
-            for n in range(1, self.order + 1):
-                f.write(f"\n\\{n}-grams:\n")
-                for gram, lp in entries[n]:
-                    line = f"{lp / LN10:.6f}\t{' '.join(word(i) for i in gram)}"
-                    if n < self.order and gram in self.backoff:
-                        line += f"\t{self.backoff[gram] / LN10:.6f}"
-                    f.write(line + "\n")
-            f.write("\n\\end\\\n")
+        ArpaTables.from_lm(self).write_arpa(path, pieces)
 
     @classmethod
     def read_arpa(cls, path: str | os.PathLike, pieces: Sequence[str] | None) -> "NgramLM":
@@ -244,52 +230,228 @@ def pack_arpa(path: str | os.PathLike) -> bytes:
     return gzip.compress(Path(path).read_bytes(), compresslevel=6, mtime=0)
 
 
+@dataclass
+class ArpaTables:
+    """An n-gram LM as the rows of its ARPA file, order n = 1 … N at index n − 1: `grams[n-1]` (K, n) int64 ids
+    in lexicographic order, `logp[n-1]` (K,) natural-log probabilities, `backoff[n-1]` (K,) natural-log back-off
+    weights (NaN: none, as at order N). Order 1 lists <s> only as a context, with log p = −99·ln 10."""
+
+    grams: list[np.ndarray]
+    logp: list[np.ndarray]
+    backoff: list[np.ndarray]
+    vocab_size: int
+
+    @property
+    def order(self) -> int:
+        return len(self.grams)
+
+    def ngram_counts(self) -> list[int]:
+        """The n-grams listed of each order 1..order (those ending in <s>, a context only, not counted)."""
+        return [int((g[:, -1] != SOS).sum()) for g in self.grams]
+
+    def write_arpa(self, path: str | os.PathLike, pieces: Sequence[str]) -> None:
+        """Write ARPA (log10, 6 decimals) with the tokenizer's `pieces` (id → piece) as words; atomically."""
+        from asr_transformer.fileio import atomic_open
+
+        names = np.array([(SPECIAL_WORDS.get(i) or pieces[i]).encode() for i in range(len(pieces))], dtype=bytes)
+        lengths = np.char.str_len(names)
+        names = names.view(np.uint8).reshape(len(names), -1)  # (V, longest) UTF-8, 0-padded
+        with atomic_open(path, "wb") as f:
+            f.write(("\\data\\\n" + "".join(f"ngram {n}={len(g)}\n" for n, g in enumerate(self.grams, 1))).encode())
+            for n, (grams, logp, backoff) in enumerate(zip(self.grams, self.logp, self.backoff), 1):
+                f.write(f"\n\\{n}-grams:\n".encode())
+                for i in range(0, len(grams), SLICE):  # a slice at a time: narrow fields, little memory
+                    f.write(_arpa_lines(names, lengths, grams[i:i + SLICE], logp[i:i + SLICE], backoff[i:i + SLICE]))
+            f.write(b"\n\\end\\\n")
+
+    @classmethod
+    def from_lm(cls, lm: NgramLM) -> "ArpaTables":
+        """The rows of an `NgramLM`'s ARPA file: its listed n-grams, and <s> at order 1 when it has a back-off."""
+        grams, logp, backoff = [], [], []
+        for n in range(1, lm.order + 1):
+            rows = sorted((h + (w,), lp) for h, ws in lm.prob.get(n, {}).items() for w, lp in ws.items())
+            if n == 1 and lm.order > 1 and (SOS,) in lm.backoff:  # <s> is a context only: log10 p = -99
+                rows = sorted(rows + [((SOS,), -99.0 * LN10)])
+            grams.append(np.array([g for g, _ in rows], dtype=np.int64).reshape(len(rows), n))
+            logp.append(np.array([lp for _, lp in rows], dtype=np.float64))
+            backoff.append(np.array([lm.backoff.get(g, math.nan) if n < lm.order else math.nan for g, _ in rows],
+                                    dtype=np.float64))
+        return cls(grams, logp, backoff, lm.vocab_size)
+
+    def to_lm(self) -> NgramLM:
+        """The same LM as an `NgramLM` of dicts, to query (for small LMs: every n-gram becomes Python objects)."""
+        prob: dict[int, dict[tuple, dict[int, float]]] = {n: {} for n in range(1, self.order + 1)}
+        backoff: dict[tuple, float] = {}
+        for n, (grams, logp, bo) in enumerate(zip(self.grams, self.logp, self.backoff), 1):
+            for gram, lp, b in zip(map(tuple, grams.tolist()), logp.tolist(), bo.tolist()):
+                if gram[-1] != SOS:
+                    prob[n].setdefault(gram[:-1], {})[gram[-1]] = lp
+                if not math.isnan(b):
+                    backoff[gram] = b
+        return NgramLM(self.order, self.vocab_size, prob, backoff)
+
+
+def _arpa_lines(names: np.ndarray, lengths: np.ndarray, grams: np.ndarray, logp: np.ndarray,
+                backoff: np.ndarray) -> bytes:
+    """The ARPA lines `log10 p <TAB> words [<TAB> log10 back-off]` of rows grams (K, n), logp and backoff (K,)
+    (natural log; NaN: no back-off); names (V, L) uint8 each id's UTF-8 name 0-padded, lengths (V,) its length.
+    Each line is assembled in a row of fixed-width fields, 0 where a field is shorter, and the 0 bytes dropped."""
+    has = ~np.isnan(backoff)[:, None]
+    tab, space, newline = (np.full((len(grams), 1), ord(c), dtype=np.uint8) for c in "\t \n")
+    fields = [_decimals(logp / LN10), tab]
+    for ids in grams.T:
+        fields += [names[ids, :lengths[ids].max(initial=0)], space]  # as wide as the longest name here
+    fields[-1] = tab * has  # before the back-off, if any
+    fields += [_decimals(np.where(has[:, 0], backoff / LN10, 0.0)) * has, newline]
+    lines = np.concatenate(fields, axis=1)
+    return lines[lines != 0].tobytes()
+
+
+def _decimals(x: np.ndarray) -> np.ndarray:
+    """f"{v:.6f}" of each value of x (K,) as ASCII (K, W) uint8, right-aligned, 0 before it. The
+    digits are those of rint(|v|·10⁶), rounded as Python's formatting rounds unless |v|·10⁶ lies within 10⁻³ of a
+    half (or v is huge or not finite): Python formats those few values."""
+    y = np.minimum(np.abs(x), 1e6) * 1e6  # 1e12: too large (or infinite) for the fast way
+    fast = (y < 1e12) & (np.abs(y - np.floor(y) - 0.5) > 1e-3)
+    m = np.rint(np.where(fast, y, 0.0)).astype(np.int64)
+    whole = len(str(int(m.max()) // 10 ** 6)) if len(m) else 1  # digits before the point
+    digits = (m[:, None] // 10 ** np.arange(whole + 5, -1, -1) % 10 + ord("0")).astype(np.uint8)
+    digits[:, :whole - 1][np.cumsum(digits[:, :whole - 1] != ord("0"), axis=1) == 0] = 0  # no leading zeros
+    width = whole + 8
+    out = np.zeros((len(x), width), dtype=np.uint8)
+    out[:, 1:whole + 1], out[:, whole + 1], out[:, whole + 2:] = digits[:, :whole], ord("."), digits[:, whole:]
+    sign = np.signbit(x)
+    out[np.arange(len(x)), width - 1 - (out != 0).sum(axis=1)] = np.where(sign, ord("-"), 0)
+    slow = {int(i): f"{x[i]:.6f}".encode() for i in np.flatnonzero(~fast)}
+    if slow:
+        width = max([width] + [len(s) for s in slow.values()])
+        out = np.pad(out, ((0, 0), (width - out.shape[1], 0)))
+        for i, s in slow.items():
+            out[i] = 0
+            out[i, width - len(s):] = np.frombuffer(s, dtype=np.uint8)
+    return out
+
+
 def train_ngram(sentences: Iterable[Sequence[int]], vocab_size: int, order: int = 4) -> NgramLM:
-    """Interpolated Kneser-Ney LM of `order` from token-id sentences (no <sos>/<eos>; they are added)."""
+    """Interpolated Kneser-Ney LM of `order` from token-id sentences (no <sos>/<eos>; they are added), to query;
+    `train_tables` is the same LM as ARPA rows (what `asr lm` writes: fast for large LMs)."""
+    return train_tables(sentences, vocab_size, order).to_lm()
+
+
+def train_tables(sentences: Iterable[Sequence[int]], vocab_size: int, order: int = 4) -> ArpaTables:
+    """Interpolated Kneser-Ney LM of `order` (see the module's docstring) from token-id sentences (ids in
+    0..vocab_size-1, never <sos>; <sos>/<eos> are added), as the rows of its ARPA file. Numpy throughout: the
+    n-grams of each order are counted and estimated at once, as sorted arrays."""
     if order < 1:
         raise ValueError(f"order must be ≥ 1, got {order}")
-    counts: list[dict[tuple, int]] = [defaultdict(int) for _ in range(order + 1)]  # counts[n][gram]
-    for sentence in sentences:
-        seq = [SOS, *(int(t) for t in sentence), EOS]
-        for i in range(1, len(seq)):
-            for n in range(1, min(order, i + 1) + 1):
-                counts[n][tuple(seq[i - n + 1:i + 1])] += 1
-    if not counts[1]:
+    seq, dist = _token_sequence(sentences, vocab_size)
+    unigrams, grams = _count(seq, dist, order, vocab_size)
+    return _estimate(seq, grams, _adjusted(seq, unigrams, grams))
+
+
+@dataclass
+class _Grams:
+    """The distinct n-grams of one order n ≥ 2 in lexicographic order, each (K,) int64: its history (the row of
+    its first n − 1 ids at order n − 1; at n = 2 the id itself), its raw count, its suffix (the row of its last
+    n − 1 ids at order n − 1) and a position of the token sequence where it ends."""
+
+    history: np.ndarray
+    count: np.ndarray
+    suffix: np.ndarray
+    end: np.ndarray
+
+
+def _token_sequence(sentences: Iterable[Sequence[int]], vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """All sentences as one sequence `<s> ids </s> <s> ids </s> …` (T,) int64, and each position's distance from
+    its sentence's <s> (T,) int64."""
+    sentences = list(sentences)
+    if not sentences:
         raise ValueError("no sentences to train an n-gram LM on")
-    # adjusted counts: raw at the top order and for grams starting with <s>, else distinct left neighbours
-    adjusted: list[dict[tuple, int]] = [{} for _ in range(order + 1)]
-    adjusted[order] = dict(counts[order])
-    for n in range(order - 1, 0, -1):
-        left = defaultdict(int)
-        for gram in counts[n + 1]:
-            left[gram[1:]] += 1
-        adjusted[n] = {g: (c if g[0] == SOS else left[g]) for g, c in counts[n].items()}
+    lengths = np.fromiter(map(len, sentences), np.int64, len(sentences)) + 2
+    ids = np.fromiter(itertools.chain.from_iterable(sentences), np.int64, int(lengths.sum()) - 2 * len(sentences))
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size or (ids == SOS).any()):
+        raise ValueError(f"sentences hold ids outside 0..{vocab_size - 1} or <sos> ({SOS})")
+    starts = np.cumsum(lengths) - lengths
+    dist = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+    seq = np.full(len(dist), SOS, dtype=np.int64)
+    seq[starts + lengths - 1] = EOS
+    seq[(dist > 0) & (dist < np.repeat(lengths, lengths) - 1)] = ids
+    return seq, dist
 
-    outcomes = [i for i in range(vocab_size) if i not in NOT_PREDICTED]
-    uniform = math.log(1.0 / len(outcomes))
-    prob: dict[int, dict[tuple, dict[int, float]]] = {}
-    backoff: dict[tuple, float] = {}
-    for n in range(1, order + 1):
-        by_history: dict[tuple, dict[int, int]] = defaultdict(dict)
-        for gram, a in adjusted[n].items():
-            by_history[gram[:-1]][gram[-1]] = a
-        n1 = sum(1 for a in adjusted[n].values() if a == 1)
-        n2 = sum(1 for a in adjusted[n].values() if a == 2)
-        discount = n1 / (n1 + 2 * n2) if n1 and n2 else 0.5
-        prob[n] = {}
-        for h, followers in by_history.items():
-            total = sum(followers.values())
-            gamma = discount * len(followers) / total
 
-            def below(w: int) -> float:  # p(w | h′) of the orders already built
-                return math.exp(_log_prob(prob, backoff, h[1:], w) if n > 1 else uniform)
+def _count(seq: np.ndarray, dist: np.ndarray, order: int, vocab_size: int) -> tuple[np.ndarray, list[_Grams]]:
+    """Raw counts of the unigrams (V,) int64 and the distinct n-grams of orders 2..order, counted as one key
+    (history row · V + last id) per position where an n-gram ends."""
+    unigrams = np.bincount(seq[dist >= 1], minlength=vocab_size)
+    rows, grams = seq, []  # rows: the row at order n − 1 of the (n−1)-gram ending at each position (−1: none)
+    for n in range(2, order + 1):
+        ends = np.flatnonzero(dist >= n - 1)
+        keys = rows[ends - 1] * vocab_size + seq[ends]
+        keys, first, inverse, count = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
+        end = ends[first]
+        grams.append(_Grams(keys // vocab_size, count, rows[end], end))
+        rows = np.full(len(seq), -1, dtype=np.int64)
+        rows[ends] = inverse.reshape(-1)
+    return unigrams, grams
 
-            listed = outcomes if n == 1 else followers  # every outcome is listed at the lowest order
-            prob[n][h] = {w: math.log(max(followers.get(w, 0) - discount, 0.0) / total + gamma * below(w))
-                          for w in listed}
-            if n > 1:
-                backoff[h] = math.log(gamma)
-    return NgramLM(order, vocab_size, prob, backoff)
+
+def _adjusted(seq: np.ndarray, unigrams: np.ndarray, grams: list[_Grams]) -> list[np.ndarray]:
+    """a(·) of each order 1..N (order 1: (V,), 0 for unseen ids): the raw count at the top order and for n-grams
+    that start with <s>, else the number of distinct left neighbours (the (n+1)-grams it is the suffix of)."""
+    if not grams:
+        return [unigrams]
+    adjusted = [np.bincount(grams[0].suffix, minlength=len(unigrams))]  # no unigram starts with <s>
+    for n, g in enumerate(grams[:-1], 2):
+        left = np.bincount(grams[n - 1].suffix, minlength=len(g.count))
+        adjusted.append(np.where(seq[g.end - n + 1] == SOS, g.count, left))
+    return adjusted + [grams[-1].count]
+
+
+def _discount(adjusted: np.ndarray) -> float:
+    """D = n₁ / (n₁ + 2·n₂) from the counts of counts of one order (0.5 without an n₁ or an n₂)."""
+    n1, n2 = int((adjusted == 1).sum()), int((adjusted == 2).sum())
+    return n1 / (n1 + 2 * n2) if n1 and n2 else 0.5
+
+
+def _estimate(seq: np.ndarray, grams: list[_Grams], adjusted: list[np.ndarray]) -> ArpaTables:
+    """The interpolated Kneser-Ney log p of every listed n-gram and the back-off weights, order by order."""
+    vocab_size, order = len(adjusted[0]), len(adjusted)
+    outcome = np.ones(vocab_size, dtype=bool)
+    outcome[[i for i in NOT_PREDICTED if i < vocab_size]] = False
+    a, discount = adjusted[0], _discount(adjusted[0])
+    total = int(a.sum())
+    gamma = discount * int((a > 0).sum()) / total
+    uniform = math.exp(math.log(1.0 / int(outcome.sum())))  # exp(log p), as from every order below
+    logp = [np.where(outcome, np.log(np.maximum(a - discount, 0.0) / total + gamma * uniform), -math.inf)]
+    backoff = [np.full(vocab_size, math.nan)]
+    for n, g in enumerate(grams, 2):
+        lp, histories, gamma = _interpolate(adjusted[n - 1], g.history, logp[-1][g.suffix])
+        backoff[-1][histories] = np.log(gamma)
+        logp.append(lp)
+        backoff.append(np.full(len(lp), math.nan))
+    # order 1 lists every outcome, and <s> as a context
+    ids = np.flatnonzero(outcome | ((np.arange(vocab_size) == SOS) & (order > 1) & ~np.isnan(backoff[0])))
+    tables = ArpaTables([ids[:, None]], [np.where(ids == SOS, -99.0 * LN10, logp[0][ids])], [backoff[0][ids]],
+                        vocab_size)
+    for n, g in enumerate(grams, 2):
+        tables.grams.append(seq[g.end[:, None] + np.arange(1 - n, 1)])
+        tables.logp.append(logp[n - 1])
+        tables.backoff.append(backoff[n - 1])
+    return tables
+
+
+def _interpolate(a: np.ndarray, history: np.ndarray, below: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One order's log p(w | h) = log(max(a(h w) − D, 0) / A(h) + γ(h) · p(w | h′)) (K,), from its n-grams'
+    adjusted counts a (K,), histories (K,) sorted and log p(w | h′) below (K,); and each distinct history with its
+    γ(h) = D · T(h) / A(h) (H,)."""
+    discount = _discount(a)
+    starts = np.flatnonzero(np.diff(history, prepend=-1))  # where each history's followers begin
+    followers = np.diff(starts, append=len(a))  # T(h)
+    total = np.add.reduceat(a, starts) if len(a) else a  # A(h)
+    gamma = discount * followers / total
+    lp = np.log(np.maximum(a - discount, 0.0) / np.repeat(total, followers)
+                + np.repeat(gamma, followers) * np.exp(below))
+    return lp, history[starts], gamma
 
 
 def _log_prob(prob: dict, backoff: dict, h: tuple, w: int) -> float:
