@@ -599,3 +599,47 @@ def test_read_lm_caches_large_lms(tmp_path, monkeypatch):
         read_lm(tmp_path / "lm.ngram", Tok, words=True)
     monkeypatch.setenv("ASR_LM_CACHE", "off")
     assert read_lm(arpa, Tok, words=False).path is None
+
+
+FOURGRAM = """\\data\\
+ngram 1=5
+ngram 2=2
+ngram 3=1
+ngram 4=1
+
+\\1-grams:
+-1.5\t<unk>
+-99\t<s>\t-0.3
+-0.7\t</s>
+-0.6\tx\t-0.2
+-0.9\ty\t-0.1
+
+\\2-grams:
+-0.3\t<s> x\t-0.05
+-0.5\tx y\t-0.15
+
+\\3-grams:
+-0.1\t<s> x y\t-0.02
+
+\\4-grams:
+-0.01\t<s> x y </s>
+
+\\end\\
+"""
+
+
+def test_a_history_shorter_than_the_order_is_used_whole(tmp_path):
+    """A 4-gram LM after `<s> x` scores with that whole history (the listed 3-gram), not with `x` alone — in every
+    query of both LM kinds."""
+    from asr_transformer.decode.ngram_binary import convert_arpa
+
+    path = tmp_path / "four.arpa"
+    path.write_text(FOURGRAM)
+    ln = lambda v: v * 2.302585092994046  # noqa: E731
+    for lm in (NgramLM.read_arpa(path, None), convert_arpa(path, None)):
+        X, Y = lm.words["x"], lm.words["y"]
+        assert lm.log_prob([SOS, X], Y) == pytest.approx(ln(-0.1))
+        assert lm.log_prob([SOS, X, Y], EOS) == pytest.approx(ln(-0.01))
+        assert lm.distribution([SOS, X])[Y].item() == pytest.approx(ln(-0.1), abs=1e-5)
+        assert lm.next_log_probs(torch.tensor([[SOS, X]]))[0, Y].item() == pytest.approx(ln(-0.1), abs=1e-5)
+        assert lm.sentence_log_prob([X, Y]) == pytest.approx(ln(-0.3 - 0.1 - 0.01))

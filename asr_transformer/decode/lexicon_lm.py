@@ -72,7 +72,7 @@ class LexiconLM:
 
     def _best_word(self, done: tuple[int, ...], node: int) -> tuple[float, int, float]:
         """(log p_word of the likeliest word ending at `node` after `done`, that word, the same then </s>)."""
-        key = (done[len(done) - (self.word_lm.order - 1):] if self.word_lm.order > 1 else (), node)
+        key = (done[max(0, len(done) - (self.word_lm.order - 1)):] if self.word_lm.order > 1 else (), node)
         best = self._best.get(key)
         if best is None:
             history = (SOS,) + key[0]

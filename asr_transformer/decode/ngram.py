@@ -80,7 +80,7 @@ class BackoffQueries:
 
     def distribution(self, history: Sequence[int]) -> torch.Tensor:
         """log p(· | history) over the vocabulary, (V,) float32; only the last order-1 ids matter."""
-        h = tuple(int(t) for t in history[len(history) - (self.order - 1):]) if self.order > 1 else ()
+        h = tuple(int(t) for t in history[max(0, len(history) - (self.order - 1)):]) if self.order > 1 else ()
         return self._dense(h)
 
     def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
@@ -151,7 +151,7 @@ class NgramLM(BackoffQueries):
 
     def log_prob(self, history: Sequence[int], token: int) -> float:
         """log p(token | history) without building a dense distribution (for large vocabularies)."""
-        h = tuple(history[len(history) - (self.order - 1):]) if self.order > 1 else ()
+        h = tuple(history[max(0, len(history) - (self.order - 1)):]) if self.order > 1 else ()
         return _log_prob(self.prob, self.backoff, h, token)
 
     # -------------------------------------------------------------------------------------- ARPA

@@ -145,7 +145,7 @@ class BinaryNgramLM(BackoffQueries):
 
     def log_prob(self, history: Sequence[int], token: int) -> float:
         """log p(token | history) by ARPA's rule, equal to NgramLM.log_prob."""
-        h = tuple(history[len(history) - (self.order - 1):]) if self.order > 1 else ()
+        h = tuple(history[max(0, len(history) - (self.order - 1)):]) if self.order > 1 else ()
         key = (h, token)
         got = self._memo.get(key)
         if got is not None:
