@@ -47,7 +47,7 @@ CLEAN_MORE ?=
 PRETRAINED ?=
 INIT_MODULES ?= encoder
 
-.PHONY: all prepare tokenizer lm word_lm train average package decode score plot clean
+.PHONY: all prepare tokenizer lm word_lm train average package decode score streaming plot clean
 
 prepare: $(DATA)/summary.json
 
@@ -109,6 +109,16 @@ endif
 score: decode
 	$(ASR) score $(EXP)/decode_$(TEST)
 	$(if $(filter-out 00,$(LM_ORDER)$(WORD_LM_ORDER)),$(ASR) score $(EXP)/decode_$(TEST)_lm)
+
+# `make streaming` (a model trained with model.streaming: CONF=conf/<...>_streaming.yaml): every dev and test
+# utterance streamed live at chunks of STREAM_CHUNKS ms and decoded whole without chunks (bench/streaming.py):
+# WER by chunk size, latency, RTF, in $(EXP)/streaming_<set>.json (RESULTS.md shows them)
+STREAM_CHUNKS ?= 320,640
+STREAM_PYTHON ?= $(if $(findstring /,$(ASR)),$(dir $(ASR))python,python3)
+streaming: $(EXP)/streaming_dev.json $(EXP)/streaming_$(TEST).json
+$(EXP)/streaming_%.json: $(EXP)/model.pt
+	$(STREAM_PYTHON) ../../bench/streaming.py $(EXP)/model.pt $(DATA)/$*.jsonl --chunks $(STREAM_CHUNKS) \
+		--threads $(if $(filter 0,$(THREADS)),2,$(THREADS)) --json $@.tmp && mv $@.tmp $@
 
 plot: $(EXP)/curves.png
 $(EXP)/curves.png: $(EXP)/model.pt

@@ -305,6 +305,7 @@ def section(recipe: Path, exp: Path) -> str:
                 trained = ("–", "–")
             lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | "
                          f"{rtf.get('rtf', float('nan')):.4f} | {trained[0]} | {trained[1]} | {cpu} |")
+    lines += streaming_table(exp, cpu)
     if maskctc and not t.get("mask_ctc"):
         lines += ["", "`maskctc`: the decoder was trained autoregressively only (`train.mask_ctc: false`), so this "
                       "mode runs it outside what it learned."]
@@ -318,6 +319,30 @@ def section(recipe: Path, exp: Path) -> str:
     if links:
         lines += ["", "Figures: " + ", ".join(links) + "."]
     return "\n".join(lines) + "\n"
+
+
+def streaming_table(exp: Path, cpu: str) -> list[str]:
+    """The rows `bench/streaming.py` wrote (`make streaming`: `streaming_<set>.json`): WER by chunk size, latency
+    and RTF of one live stream; [] without them."""
+    runs = sorted(exp.glob("streaming_*.json"))
+    if not runs:
+        return []
+    lines = ["", f"Streaming (`make streaming`: `{json.loads(runs[0].read_text())['command']}`, and the same for "
+                 "each set): every utterance streamed on its own in 10-ms blocks, attention rescoring at the end; "
+                 "full context = the same model and search without chunks. Latencies in ms, median / 90th percentile "
+                 "(bench/streaming.py says how each is measured).", "",
+             "| set | chunk | CER % | WER % | first partial | final after speech | final compute | RTF | CPU |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        r = json.loads(run.read_text())
+        name = run.stem.removeprefix("streaming_")
+        for row in r["rows"]:
+            chunk = f"{row['chunk_ms']} ms" if row["chunk_ms"] else "full context"
+            lat = [f"{row[k]['median_ms']:.0f} / {row[k]['p90_ms']:.0f}" if row.get(k) and row[k]["median_ms"]
+                   is not None else "–" for k in ("first_partial", "final", "final_compute")]
+            lines.append(f"| {name} | {chunk} | {row['cer']:.2f} | {row['wer']:.2f} | {' | '.join(lat)} | "
+                         f"{row['rtf']:.4f} | {cpu}, {r['threads']} threads |")
+    return lines
 
 
 SECTION_HEADING = re.compile(r"^## (\S+): `(.+)`$", re.MULTILINE)  # as `section` writes it

@@ -209,3 +209,18 @@ def test_cli_streams_a_wav_from_stdin(streaming_package, tmp_path):
         assert 0 <= float(line[1]) < float(line[2]) <= 3.3
     written = json.loads((tmp_path / "stdin.json").read_text())
     assert [s["text"] for s in written["segments"]] == [line[3] for line in finals if line[3]]
+
+
+def test_readme_streaming_lines(streaming_package):
+    """The Python lines README.md shows for streaming, run as written (the package path and samples supplied)."""
+    import re
+    from pathlib import Path
+
+    root, audio = streaming_package
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"```python\n(from asr_transformer import Recognizer\nfrom asr_transformer.streaming .*?)```",
+                      text, re.S).group(1)
+    code = block.replace('"exp/phone_streaming/model.pt"', repr(str(root / "model.pt")))
+    printed = []
+    exec(compile(code, "README.md", "exec"), {"print": lambda *a: printed.append(a), "samples": audio})
+    assert printed and printed[-1][0] == "final" and all(isinstance(a[3], str) for a in printed)
