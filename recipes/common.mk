@@ -13,7 +13,7 @@ TOKENIZER ?= $(DATA)/tokenizer
 # decoding then spells only words with a pronunciation there (decode/lexicon_lm.py)
 LEXICON ?=
 VOCAB   ?= 256
-MODES   ?= greedy,beam,joint,ctc,maskctc,rescore
+MODES   ?= greedy,beam,joint,ctc,rescore
 BEAM    ?= 10
 CTC_WEIGHT ?= 0.3
 AVERAGE ?= --best 5 --by valid_loss

@@ -293,12 +293,14 @@ def section(recipe: Path, exp: Path) -> str:
     cpu = f"{short_cpu_name()}, {os.cpu_count()} cores"
     lines += ["", "| set | decoding | CER % | WER % | RTF | epochs | training | CPU |",
               "|---|---|---|---|---|---|---|---|"]
-    maskctc = False
+    dropped = False
     for decode_dir in sorted(exp.glob("decode_*")):
         name = decode_dir.name.removeprefix("decode_").split("_")[0]
         zero_shot = decode_dir.name.endswith("_zeroshot")
         for mode, result, rtf in decodings(decode_dir):
-            maskctc |= mode == "maskctc"
+            if mode == "maskctc" and not t.get("mask_ctc"):  # a decoder never trained for it: no row
+                dropped = True
+                continue
             trained = (epochs, minutes)
             if zero_shot:  # the imported model as it came: not trained here
                 mode = f"{mode} (beam {rtf.get('options', {}).get('beam')}), zero-shot{_window(recipe / rtf['model'])}"
@@ -306,9 +308,9 @@ def section(recipe: Path, exp: Path) -> str:
             lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | "
                          f"{rtf.get('rtf', float('nan')):.4f} | {trained[0]} | {trained[1]} | {cpu} |")
     lines += streaming_table(exp, cpu)
-    if maskctc and not t.get("mask_ctc"):
-        lines += ["", "`maskctc`: the decoder was trained autoregressively only (`train.mask_ctc: false`), so this "
-                      "mode runs it outside what it learned."]
+    if dropped:
+        lines += ["", "No `maskctc` row: Mask-CTC needs a decoder trained for it (`train.mask_ctc`), which this "
+                      "one was not."]
     figures = Path("docs/figures")
     links = []
     for png in sorted(exp.glob("*.png")):  # experiment folders are not committed: copy the figures
