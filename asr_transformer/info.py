@@ -28,7 +28,10 @@ def describe(path: str | os.PathLike) -> str:
     lines = [f"{path}: {path.stat().st_size / 1e6:.1f} MB",
              f"model:      {m.encoder_layers} {block} encoder blocks and {m.decoder_layers} decoder blocks of "
              f"d_model {m.d_model}, {m.heads} heads, FFN {m.ffn_dim}{' (GELU)' if m.activation == 'gelu' else ''}; "
-             f"conv front-end ×{m.subsampling}; {head}; {parameters:.2f} M parameters",
+             f"conv front-end ×{m.subsampling}; {head}; {parameters:.2f} M parameters"
+             + (f"; streaming (trained on chunks of {m.subsampling * f.frame_shift_ms:g}–"
+                f"{m.streaming_max_chunk * m.subsampling * f.frame_shift_ms:g} ms and full context: "
+                "`asr transcribe --stream`)" if m.streaming else ""),
              f"units:      {meta['model_type']}, vocabulary {m.vocab_size}"
              + (f" (a lexicon of {_lexicon_words(state):,} words)" if meta["model_type"] == "phone" else ""),
              _features(cfg)]
