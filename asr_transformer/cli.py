@@ -800,13 +800,17 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
 
 class _StreamPrinter:
     """Streaming events to stdout. On a terminal the partial line is rewritten in place and a final replaces it as
-    `[start → end] text`; otherwise each event is one tab-separated line, `partial|final  start  end  text`."""
+    `[start → end] text`; otherwise each event is one tab-separated line, `partial|final  start  end  text`. A partial
+    whose words are those already shown is not shown again."""
 
     def __init__(self, label: Optional[str]):
-        self.tty, self.label, self.end, self.open = sys.stdout.isatty(), label, 0.0, False
+        self.tty, self.label, self.end, self.open, self.shown = sys.stdout.isatty(), label, 0.0, False, None
 
     def show(self, event) -> None:
         self.end = max(self.end, event.end)
+        if event.kind == "partial" and event.text == self.shown:  # new tokens, the same words
+            return
+        self.shown = event.text if event.kind == "partial" else None
         prefix = f"{self.label}\t" if self.label else ""
         if not self.tty:
             typer.echo(f"{prefix}{event.kind}\t{event.start:.2f}\t{event.end:.2f}\t{event.text}")
