@@ -6,7 +6,7 @@
 Every utterance of the manifest is streamed on its own through `StreamingRecognizer` (the package's beam, CTC weight
 and LMs; attention rescoring at each endpoint), fed in 10-ms blocks as a microphone would give them; the
 full-context row decodes the same utterances offline in the `rescore` mode (the same search without chunks). The
-finals of an utterance, joined, are its hypothesis; WER/CER use the toolkit's scoring and normalizer.
+finals of an utterance, joined, are its hypothesis; WER/CER (%) use the toolkit's scoring and normalizer.
 
 Latency, in a simulated real-time stream (audio arrives at its own pace; an event is out when the block that
 completed it has arrived plus the compute time `feed` took):
@@ -104,15 +104,15 @@ def main() -> None:
     for u in utts:  # full context, offline, one utterance at a time as the streams
         texts[u.id] = rec.recognize_arrays([audio[u.id]])[0]
     full = score([(u.id, u.text, texts[u.id]) for u in utts], normalizer)
-    rows.append({"chunk_ms": 0, "wer": round(full.wer, 2), "cer": round(full.cer, 2),
+    rows.append({"chunk_ms": 0, "wer": round(100 * full.wer, 2), "cer": round(100 * full.cer, 2),
                  "rtf": round((time.perf_counter() - t0) / seconds, 4)})
-    print(f"full context: WER {full.wer:.2f} CER {full.cer:.2f}", flush=True)
+    print(f"full context: WER {100 * full.wer:.2f} CER {100 * full.cer:.2f}", flush=True)
 
     for chunk_ms in [int(c) for c in args.chunks.split(",") if c]:
         results = {u.id: stream_one(rec, audio[u.id], chunk_ms) for u in utts}
         report = score([(u.id, u.text, results[u.id]["text"]) for u in utts], normalizer)
         row = {
-            "chunk_ms": chunk_ms, "wer": round(report.wer, 2), "cer": round(report.cer, 2),
+            "chunk_ms": chunk_ms, "wer": round(100 * report.wer, 2), "cer": round(100 * report.cer, 2),
             "rtf": round(sum(r["compute"] for r in results.values()) / seconds, 4),
             "first_partial": summary([r["first_partial"] for r in results.values()]),
             "final": summary([v for r in results.values() for v in r["final"]]),
