@@ -447,6 +447,8 @@ NO_LM = typer.Option(False, "--no-lm", help="Decode without the LMs the package 
 BATCH_SIZE = typer.Option(None, help="Utterances (segments) decoded together (default: the package's).")
 CHUNK_MS = typer.Option(None, "--chunk-ms", help="The encoder attends in chunks of this many ms, as streaming does "
                         "(a model trained with model.streaming; 0: full context; default: the package's).")
+LEFT_CHUNKS = typer.Option(None, "--left-chunks", help="With --chunk-ms: the chunks before each that it attends to "
+                           "(-1: all; default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
 THREADS = typer.Option(0, help="CPU threads for torch (0: all cores).")
 PRECISION = typer.Option("fp32", help=PRECISION_HELP)
@@ -521,6 +523,7 @@ def decode(
     nbest: Optional[int] = typer.Option(None, help="Hypotheses kept per utterance in hyp.jsonl."),
     batch_size: Optional[int] = BATCH_SIZE,
     chunk_ms: Optional[int] = CHUNK_MS,
+    left_chunks: Optional[int] = LEFT_CHUNKS,
     device: str = DEVICE,
     threads: int = THREADS,
     precision: str = PRECISION,
@@ -544,7 +547,7 @@ def decode(
                       beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
                       lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size,
-                      chunk_ms=chunk_ms)
+                      chunk_ms=chunk_ms, left_chunks=left_chunks)
     rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
 
 
@@ -717,6 +720,7 @@ def transcribe(
                                 "utterance; e.g. `sox -d -t wav - | asr transcribe --stream - -m model.pt`."),
     chunk_ms: Optional[int] = typer.Option(None, "--chunk-ms", help="--stream: audio per encoder step, in ms "
                                            "(default: the package's, else 640); without --stream as asr decode's."),
+    left_chunks: Optional[int] = LEFT_CHUNKS,
     realtime: bool = typer.Option(False, "--realtime", help="--stream: feed a file no faster than it plays."),
     raw_rate: int = typer.Option(0, "--raw-rate", help="--stream: stdin is headerless 16-bit mono PCM at this "
                                  "sample rate (Hz) instead of WAV."),
@@ -736,7 +740,7 @@ def transcribe(
                       ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
                       word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1,
-                      chunk_ms=None if stream else chunk_ms)
+                      chunk_ms=None if stream else chunk_ms, left_chunks=left_chunks)
     if stream:
         _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate)
         return
