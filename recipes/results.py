@@ -329,10 +329,13 @@ def streaming_table(exp: Path, cpu: str) -> list[str]:
     runs = sorted(exp.glob("streaming_*.json"))
     if not runs:
         return []
-    lines = ["", f"Streaming (`make streaming`: `{json.loads(runs[0].read_text())['command']}`, and the same for "
-                 "each set): every utterance streamed on its own in 10-ms blocks, attention rescoring at the end; "
-                 "full context = the same model and search without chunks. Latencies in ms, median / 90th percentile "
-                 "(bench/streaming.py says how each is measured).", "",
+    first = json.loads(runs[0].read_text())
+    chunks = ",".join(str(r["chunk_ms"]) for r in first["rows"] if r["chunk_ms"])
+    lines = ["", f"Streaming (`make streaming`: `python bench/streaming.py {exp.parent.name}/{exp.name}/model.pt <set>.jsonl --chunks "
+                 f"{chunks} --threads {first['threads']}` for dev and test): every utterance streamed on its own in "
+                 "10-ms blocks, attention rescoring at the end; full context = the same model and search without "
+                 "chunks. Latencies in ms, median / 90th percentile (bench/streaming.py says how each is measured).",
+             "",
              "| set | chunk | CER % | WER % | first partial | final after speech | final compute | RTF | CPU |",
              "|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
