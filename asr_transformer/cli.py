@@ -447,6 +447,15 @@ NO_LM = typer.Option(False, "--no-lm", help="Decode without the LMs the package 
 BATCH_SIZE = typer.Option(None, help="Utterances (segments) decoded together (default: the package's).")
 CHUNK_MS = typer.Option(None, "--chunk-ms", help="The encoder attends in chunks of this many ms, as streaming does "
                         "(a model trained with model.streaming; 0: full context; default: the package's).")
+# the bounds on the work of beam and joint search on long or unfamiliar audio (config.DecodeConfig)
+CTC_WINDOW = typer.Option(None, help="joint: CTC prefix scores sum only the frames within this (log) of a prefix's "
+                          "best (0: all; default: the package's).")
+BEAM_THRESHOLD = typer.Option(None, help="beam, joint: drop hypotheses this far (log) below the best (0: none; "
+                              "default: the package's).")
+END_DETECT = typer.Option(None, help="beam, joint: stop when for 3 steps every ending scores this far (log) below the "
+                          "best (0: off; default: the package's).")
+SPLIT_SECONDS = typer.Option(None, help="joint: search longer utterances in pieces cut at CTC pauses (0: whole; "
+                             "default: the package's).")
 LEFT_CHUNKS = typer.Option(None, "--left-chunks", help="With --chunk-ms: the chunks before each that it attends to "
                            "(-1: all; default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
@@ -524,6 +533,10 @@ def decode(
     batch_size: Optional[int] = BATCH_SIZE,
     chunk_ms: Optional[int] = CHUNK_MS,
     left_chunks: Optional[int] = LEFT_CHUNKS,
+    ctc_window: Optional[float] = CTC_WINDOW,
+    beam_threshold: Optional[float] = BEAM_THRESHOLD,
+    end_detect: Optional[float] = END_DETECT,
+    split_seconds: Optional[float] = SPLIT_SECONDS,
     device: str = DEVICE,
     threads: int = THREADS,
     precision: str = PRECISION,
@@ -547,7 +560,8 @@ def decode(
                       beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
                       lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size,
-                      chunk_ms=chunk_ms, left_chunks=left_chunks)
+                      chunk_ms=chunk_ms, left_chunks=left_chunks, ctc_window=ctc_window,
+                      beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds)
     rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
 
 
@@ -721,6 +735,10 @@ def transcribe(
     chunk_ms: Optional[int] = typer.Option(None, "--chunk-ms", help="--stream: audio per encoder step, in ms "
                                            "(default: the package's, else 640); without --stream as asr decode's."),
     left_chunks: Optional[int] = LEFT_CHUNKS,
+    ctc_window: Optional[float] = CTC_WINDOW,
+    beam_threshold: Optional[float] = BEAM_THRESHOLD,
+    end_detect: Optional[float] = END_DETECT,
+    split_seconds: Optional[float] = SPLIT_SECONDS,
     realtime: bool = typer.Option(False, "--realtime", help="--stream: feed a file no faster than it plays."),
     raw_rate: int = typer.Option(0, "--raw-rate", help="--stream: stdin is headerless 16-bit mono PCM at this "
                                  "sample rate (Hz) instead of WAV."),
@@ -740,7 +758,8 @@ def transcribe(
                       ctc_weight=ctc_weight, length_penalty=length_penalty, max_len_ratio=max_len_ratio,
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
                       word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1,
-                      chunk_ms=None if stream else chunk_ms, left_chunks=left_chunks)
+                      chunk_ms=None if stream else chunk_ms, left_chunks=left_chunks, ctc_window=ctc_window,
+                      beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds)
     if stream:
         _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate)
         return
@@ -748,8 +767,7 @@ def transcribe(
     if same_speaker:
         from asr_transformer.data.features import CMVNAccumulator
         speaker = CMVNAccumulator(rec.config.features.num_mel_bins)
-    failed = 0
-    basenames: dict[str, str] = {}  # output basename → the input that took it
+    failed, basenames = 0, {}  # basenames: output basename → the input that took it
     for item in audio:
         source, label, basename = _transcribe_input(item)
         result = _transcribe_one(rec, source, label, max_segment, speaker, word_timestamps)

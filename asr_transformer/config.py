@@ -166,6 +166,10 @@ class DecodeConfig:
     word_lm_weight: float = 0.3  # γ of the word n-gram LM where a word ends, when there is one
     nbest: int = 1
     batch_size: int = 16
+    ctc_window: float = 30.0  # joint: CTC prefix scores sum the frames within this (log) of the prefix's best; 0: all
+    beam_threshold: float = 0.0  # beam, joint: drop running hypotheses this far (log) below the best one; 0: none
+    end_detect: float = 10.0  # beam, joint: stop when for 3 steps every end scores this far below the best; 0: off
+    split_seconds: float = 8.0  # joint: a longer utterance is searched in pieces cut at CTC pauses; 0: whole
     # the encoder attends in chunks of this many ms (a multiple of one encoder frame: 40 ms at ×4 subsampling),
     # each chunk seeing `left_chunks` chunks before it (-1: all): what streaming decoding computes; 0 = full context
     chunk_ms: int = 0

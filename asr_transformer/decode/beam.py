@@ -13,8 +13,21 @@ search, WeNet's attention beam search). At each output step, for every utterance
    running (so the beam stays full);
 4. an utterance is done when it has `nbest` finished hypotheses and the nbest-th best of them scores at least
    as well as its best running one (scores only fall as hypotheses grow when length_penalty ≤ 0, so the n-best
-   is then final; with a positive bonus this is the usual heuristic), or when its hypotheses reach
-   `max_len_ratio` × encoder frames tokens: then <eos> is forced. Done utterances leave the batch.
+   is then final; with a positive bonus this is the usual heuristic), when `end_detect` finds that hypotheses
+   ending now no longer compete (below), or when its hypotheses reach `max_len_ratio` × encoder frames tokens:
+   then <eos> is forced. Done utterances leave the batch.
+
+What bounds the work of a step, so that long or unfamiliar audio costs no more per second than familiar audio:
+- only the candidates that can be chosen are scored: one the LM forbids (a LexiconLM's phone that continues no
+  word) or that a dead hypothesis would extend costs no CTC prefix score, and empty slots no LM query;
+- `ctc_window`: a candidate's CTC prefix score sums only the frames near where its prefix stands in the audio
+  (`CTCPrefixScorer.frames`), not all T' of them;
+- `beam_threshold`: running hypotheses that score more than this below the best running one are dropped;
+- `end_detect` (ESPnet's end detection): an utterance stops when hypotheses ended with each of the last END_STEPS
+  token counts, and the best of each count scores more than `end_detect` below the best ended one;
+- long utterances: a step reads the decoder's whole context (the tokens so far, every encoder frame), so
+  `search.recognize` searches an utterance longer than `split_seconds` in pieces cut at pauses (`split_at_pauses`,
+  decoded as one batch; `join_pieces`).
 
 The cross-attention cache of an utterance is the same for all its rows and a hypothesis never moves to
 another utterance, so only the self-attention cache is reordered between steps.
@@ -31,11 +44,12 @@ from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.ctc_prefix import CTCPrefixScorer
 from asr_transformer.decode.greedy import mask_not_output, max_lengths
 from asr_transformer.model.mask import lengths_to_mask
-from asr_transformer.tokens import EOS, SOS
+from asr_transformer.tokens import BLANK, EOS, SOS
 
 NEG_INF = float("-inf")
 FLOOR = -1e30  # scores are clamped here before weighting, so 0·(-inf) never makes a NaN
 DEFAULTS = DecodeConfig()  # the decoding defaults (written in config.py only)
+END_STEPS = 3  # end detection looks at this many latest steps (ESPnet's M)
 
 
 @dataclass
@@ -54,6 +68,9 @@ class _Search:
     scorer: CTCPrefixScorer | None
     lm: object
     dev: torch.device
+    beam_threshold: float = 0.0  # running hypotheses this far below the best running one are dropped (0: none)
+    end_detect: float = 0.0  # margin of the end detection (0: none)
+    stats: dict | None = None  # the work done, counted when given (beam_search's `stats`)
 
 
 @dataclass
@@ -71,6 +88,7 @@ class _Beams:
     ctc_state: object  # the CTC prefix scorer's state (joint)
     active: list[int]  # original utterance index of each group of W rows
     finished: list[list[Hypothesis]]
+    ended: list[dict[int, float]]  # per utterance: token count → the best score of the hypotheses ended with it
 
 
 @dataclass
@@ -88,7 +106,9 @@ class _Step:
 def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DEFAULTS.beam, *,
                 ctc_log_probs: torch.Tensor | None = None, ctc_weight: float = DEFAULTS.ctc_weight,
                 length_penalty: float = DEFAULTS.length_penalty, max_len_ratio: float = DEFAULTS.max_len_ratio,
-                nbest: int = 1, pre_beam: int | None = None, lm=None, lm_weight: float = 0.0) -> list[list[Hypothesis]]:
+                nbest: int = 1, pre_beam: int | None = None, lm=None, lm_weight: float = 0.0,
+                ctc_window: float = DEFAULTS.ctc_window, beam_threshold: float = DEFAULTS.beam_threshold,
+                end_detect: float = DEFAULTS.end_detect, stats: dict | None = None) -> list[list[Hypothesis]]:
     """Batched attention (or joint CTC/attention) beam search.
 
     Args:
@@ -100,21 +120,25 @@ def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DE
         pre_beam: candidates per hypothesis scored by CTC (default max(beam, 1.5·beam)); 0 = the full vocabulary.
         lm: an NgramLM over the model's tokens (decode/ngram.py) for shallow fusion, weighted by lm_weight (β;
             0 unless given).
+        ctc_window, beam_threshold, end_detect: the bounds on the work (module docstring; 0 = off).
+        stats: a dict to which the work done is added: "steps", "hypotheses" (running hypotheses expanded),
+            "candidates" (candidates scored), "ctc_terms" ((candidate, frame) terms of the CTC prefix scores).
     Returns:
         per utterance up to `nbest` hypotheses, best first; score = the weighted sum above, with parts
         {"att": log p_att, "ctc": log P_ctc, "lm": log p_lm} (ctc only in joint mode, lm only with an LM).
     """
     if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 ≤ nbest ≤ beam, got beam={beam}, nbest={nbest}")
-    scorer = CTCPrefixScorer(ctc_log_probs, enc_lens) if ctc_log_probs is not None else None
+    scorer = CTCPrefixScorer(ctc_log_probs, enc_lens, window=ctc_window) if ctc_log_probs is not None else None
     search, beams = _start(model, enc, enc_lens, beam, scorer, pre_beam, max_len_ratio)
     search.lam = float(ctc_weight) if scorer is not None else 0.0
     search.length_penalty, search.lm, search.lm_weight, search.nbest = length_penalty, lm, lm_weight, nbest
+    search.beam_threshold, search.end_detect, search.stats = beam_threshold, end_detect, stats
     step = 0
     while beams.active:
         step += 1  # tokens of the candidates, <eos> included
         cands = _score_candidates(search, beams, step)
-        sel_row, sel_col, sel_tok, sel_val = _advance_or_finish(search, beams, cands)
+        sel_row, sel_col, sel_tok, sel_val = _advance_or_finish(search, beams, cands, step)
         if not beams.active:
             break
         # advance the running hypotheses
@@ -127,6 +151,9 @@ def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DE
             beams.ctc_state = scorer.advance(beams.ctc_state, sel_row, sel_tok)
         beams.log_probs, beams.cache = model.decoder_step(beams.enc, beams.enc_mask, beams.ys, beams.cache)
 
+    if stats is not None:
+        stats["steps"] = stats.get("steps", 0) + step
+        stats["ctc_terms"] = stats.get("ctc_terms", 0) + (scorer.terms if scorer is not None else 0)
     out = []
     for fin in beams.finished:
         fin = sorted(fin, key=lambda h: h.score, reverse=True)[:nbest]
@@ -152,17 +179,21 @@ def _start(model, enc, enc_lens, W: int, scorer, pre_beam: int | None, max_len_r
                    enc_mask=enc_mask[rows], att=torch.zeros(B * W, device=dev), lm_total=torch.zeros(B * W, device=dev),
                    score=torch.tensor([0.0] + [NEG_INF] * (W - 1), device=dev).repeat(B),
                    ctc_state=scorer.initial_state(rows) if scorer is not None else None,
-                   active=list(range(B)), finished=[[] for _ in range(B)])
+                   active=list(range(B)), finished=[[] for _ in range(B)], ended=[{} for _ in range(B)])
     return search, beams
 
 
 def _score_candidates(s: _Search, beams: _Beams, step: int) -> _Step:
     """Each running hypothesis' candidate tokens (pre-pruned to K and <eos> in joint mode) and their weighted
-    scores λ·ψ + (1 − λ)·att + β·lm + length_penalty·step, -inf where not allowed."""
+    scores λ·ψ + (1 − λ)·att + β·lm + length_penalty·step, -inf where not allowed. Only the candidates that can be
+    chosen are scored by CTC: not those of empty slots, those the LM forbids, nor, at the length limit, any but
+    <eos>."""
     W, V, dev = s.W, s.V, s.dev
     n = len(beams.active)
     log_probs = mask_not_output(beams.log_probs)
-    lm_lp = s.lm.next_log_probs(beams.ys) if s.lm is not None else None  # (N, V)
+    running = torch.isfinite(beams.score)  # (N,) False: an empty slot
+    forced = s.limit[beams.active] < step  # hypotheses already hold the most tokens allowed: <eos> only
+    lm_lp = _lm_log_probs(s, beams.ys, running) if s.lm is not None else None  # (N, V)
     if s.K < V:  # pre-beam: the best K non-<eos> tokens by attention (and LM), and <eos>
         eos_col = torch.tensor([EOS], device=dev)
         rank = log_probs if lm_lp is None else (1.0 - s.lam) * log_probs + s.lm_weight * lm_lp.clamp(min=FLOOR)
@@ -172,25 +203,42 @@ def _score_candidates(s: _Search, beams: _Beams, step: int) -> _Step:
         cand, cand_lp = torch.arange(V, device=dev).expand(n * W, V), log_probs
     Kc = cand.size(1)
     att_new = beams.att.unsqueeze(1) + cand_lp  # (N, Kc)
+    cand_lm = lm_lp.gather(1, cand) if lm_lp is not None else None
+    keep = torch.isfinite(att_new) & running.unsqueeze(1)  # (N, Kc) the candidates that can be chosen
+    if cand_lm is not None:
+        keep &= cand_lm > NEG_INF
+    if forced.any():
+        keep &= ~forced.to(dev).repeat_interleave(W).unsqueeze(1) | (cand == EOS)
     psi = None
     if s.scorer is None:
         total = att_new + s.length_penalty * step
     else:  # with λ = 0 this is the line above exactly (1·x + 0·ψ = x for every finite x)
-        psi = s.scorer.score(beams.ctc_state, cand).clamp(min=FLOOR).float()
+        psi = s.scorer.score(beams.ctc_state, cand, keep).clamp(min=FLOOR).float()
         total = (1.0 - s.lam) * att_new.clamp(min=FLOOR) + s.lam * psi + s.length_penalty * step
     lm_new = None
-    if lm_lp is not None:  # with β = 0 the total is unchanged (every term is finite)
-        lm_new = (beams.lm_total.unsqueeze(1) + lm_lp.gather(1, cand)).clamp(min=FLOOR)
+    if cand_lm is not None:  # with β = 0 the total is unchanged (every term is finite)
+        lm_new = (beams.lm_total.unsqueeze(1) + cand_lm).clamp(min=FLOOR)
         total = total + s.lm_weight * lm_new
-    bad = torch.isinf(att_new) | torch.isinf(beams.score).unsqueeze(1)
-    forced = s.limit[beams.active] < step  # hypotheses already hold the most tokens allowed: <eos> only
-    if forced.any():
-        bad |= forced.to(dev).repeat_interleave(W).unsqueeze(1) & (cand != EOS)
-    total = total.masked_fill(bad, NEG_INF).view(n, W * Kc)
-    return _Step(cand, att_new, psi, lm_new, total, forced)
+    total = total.masked_fill(~keep, NEG_INF)
+    if s.stats is not None:
+        s.stats["hypotheses"] = s.stats.get("hypotheses", 0) + int(running.sum())
+        s.stats["candidates"] = s.stats.get("candidates", 0) + int(keep.sum())
+    return _Step(cand, att_new, psi, lm_new, total.view(n, W * Kc), forced)
 
 
-def _advance_or_finish(s: _Search, beams: _Beams, c: _Step) -> tuple:
+def _lm_log_probs(s: _Search, ys: torch.Tensor, running: torch.Tensor) -> torch.Tensor:
+    """The LM's log-probabilities of the next token after each running hypothesis ys (N, t) → (N, V); -inf in the
+    rows of empty slots, which are not queried."""
+    if bool(running.all()):
+        return s.lm.next_log_probs(ys)
+    out = torch.full((ys.size(0), s.V), NEG_INF, device=ys.device)
+    rows = running.nonzero().squeeze(1)
+    if rows.numel():
+        out[rows] = s.lm.next_log_probs(ys[rows]).to(out.dtype)
+    return out
+
+
+def _advance_or_finish(s: _Search, beams: _Beams, c: _Step, step: int) -> tuple:
     """Take each utterance's best 2·W candidates: those ending in <eos> among the first W become finished
     hypotheses, the best W others the next running ones; utterances that are done leave the batch.
     → (rows, columns, tokens, scores) of the running candidates kept, one per remaining row."""
@@ -205,7 +253,9 @@ def _advance_or_finish(s: _Search, beams: _Beams, c: _Step) -> tuple:
     sel_row, sel_col = top_row.gather(1, run).flatten(), top_col.gather(1, run).flatten()
     sel_tok, sel_val = top_tok.gather(1, run).flatten(), top_val.gather(1, run)
     packed = _finish(s, beams, c, top_val, top_row[:, :W], top_col[:, :W], is_eos, sel_val)
-    done = _done(s, beams, c.forced, packed)
+    done = _done(s, beams, c, packed, step)
+    if s.beam_threshold > 0:  # running hypotheses far below the best running one become empty slots
+        sel_val = sel_val.masked_fill(sel_val < sel_val[:, :1] - s.beam_threshold, NEG_INF)
     sel_val = sel_val.flatten()
     if done:  # done utterances leave the batch
         done_set = set(done)
@@ -240,20 +290,100 @@ def _finish(s: _Search, beams: _Beams, c: _Step, top_val, ev_row, ev_col, is_eos
             if s.lm is not None:
                 parts["lm"] = lm_part
             beams.finished[beams.active[i]].append(Hypothesis(toks[1:].tolist(), val, parts))
+            ended = beams.ended[beams.active[i]]
+            ended[len(toks) - 1] = max(val, ended.get(len(toks) - 1, NEG_INF))
     return packed
 
 
-def _done(s: _Search, beams: _Beams, forced: torch.Tensor, packed: torch.Tensor) -> list[int]:
+def _done(s: _Search, beams: _Beams, c: _Step, packed: torch.Tensor, step: int) -> list[int]:
     """Positions in `beams.active` of the utterances whose search is over: at the length limit, nothing left
-    running, or an n-best whose worst scores at least the best running hypothesis."""
+    running, an n-best whose worst scores at least the best running hypothesis, or an end detected (`_ended`)."""
     done = []
     for i, b in enumerate(beams.active):
         best_running = float(packed[i, 0, 4])
         fin = beams.finished[b]
-        if forced[i] or best_running == NEG_INF:
+        if c.forced[i] or best_running == NEG_INF or _ended(s, beams.ended[b], step):
             done.append(i)
         elif len(fin) >= s.nbest:
             kth = sorted((h.score for h in fin), reverse=True)[s.nbest - 1]
             if kth >= best_running:
                 done.append(i)
     return done
+
+
+def _ended(s: _Search, ended: dict[int, float], step: int) -> bool:
+    """ESPnet's end detection: hypotheses ended at each of the last END_STEPS steps (with step − 1 − m tokens,
+    m < END_STEPS), and the best of each step's scored more than `s.end_detect` below the best ended one."""
+    if s.end_detect <= 0 or not ended:
+        return False
+    best = max(ended.values())
+    return all(ended.get(step - 1 - m, best) < best - s.end_detect for m in range(END_STEPS))
+
+
+# ------------------------------------------------------------------------------------------ long utterances
+
+
+@dataclass
+class Pieces:
+    """Utterances cut into pieces at pauses (`split_at_pauses`), decoded as a batch of their own."""
+
+    enc: torch.Tensor  # (P, T_p, D) each piece's encoder frames
+    lengths: torch.Tensor  # (P,)
+    ctc_log_probs: torch.Tensor  # (P, T_p, V)
+    owner: list[int]  # the utterance of each piece, pieces in order
+
+
+def split_at_pauses(enc: torch.Tensor, enc_lens: torch.Tensor, ctc_log_probs: torch.Tensor,
+                    max_frames: int) -> Pieces | None:
+    """Utterances longer than `max_frames` encoder frames cut into pieces of at most that many, each cut in the
+    middle of the longest run of frames that CTC calls blank (a pause) after the first quarter of the piece it ends
+    (at its end when there is none). enc (B, T', D), enc_lens (B,), ctc_log_probs (B, T', V).
+    → the pieces of every utterance (one for the short ones), or None when no utterance is longer."""
+    if max_frames < 2 or int(enc_lens.max()) <= max_frames:
+        return None
+    blank = (ctc_log_probs.argmax(-1) == BLANK).cpu()  # (B, T')
+    bounds = []  # (utterance, first frame, end frame)
+    for b, n in enumerate(enc_lens.tolist()):
+        start = 0
+        while n - start > max_frames:
+            lo = start + max_frames // 4
+            run_start, run_len = _longest_run(blank[b, lo:start + max_frames])
+            cut = lo + run_start + run_len // 2 if run_len else start + max_frames
+            bounds.append((b, start, cut))
+            start = cut
+        bounds.append((b, start, n))
+    width = max(e - s for _, s, e in bounds)
+    rows = torch.tensor([b for b, _, _ in bounds], device=enc.device)
+    frames = torch.tensor([s for _, s, _ in bounds], device=enc.device).unsqueeze(1) + torch.arange(
+        width, device=enc.device)  # (P, width)
+    frames = frames.clamp(max=enc.size(1) - 1)
+    return Pieces(enc[rows.unsqueeze(1), frames], torch.tensor([e - s for _, s, e in bounds], device=enc_lens.device),
+                  ctc_log_probs[rows.unsqueeze(1), frames], [b for b, _, _ in bounds])
+
+
+def _longest_run(mask: torch.Tensor) -> tuple[int, int]:
+    """(start, length) of the first longest run of True in mask (n,) bool; (0, 0) when there is none."""
+    edges = torch.diff(torch.cat([mask.new_zeros(1), mask, mask.new_zeros(1)]).int())
+    starts, ends = (edges == 1).nonzero().squeeze(1), (edges == -1).nonzero().squeeze(1)
+    if not starts.numel():
+        return 0, 0
+    i = int((ends - starts).argmax())
+    return int(starts[i]), int(ends[i] - starts[i])
+
+
+def join_pieces(hyps: list[list[Hypothesis]], owner: list[int], batch: int) -> list[list[Hypothesis]]:
+    """Each utterance's pieces' hypotheses (`split_at_pauses`, in order) joined: an utterance of one piece keeps its
+    n-best; one of several gets one hypothesis, the best of each piece in a row (tokens concatenated, scores and
+    their parts added)."""
+    groups: list[list[list[Hypothesis]]] = [[] for _ in range(batch)]
+    for b, nbest in zip(owner, hyps):
+        groups[b].append(nbest)
+    out = []
+    for pieces in groups:
+        if len(pieces) == 1:
+            out.append(pieces[0])
+            continue
+        best = [p[0] for p in pieces]
+        parts = {k: sum(h.parts.get(k, 0.0) for h in best) for k in best[0].parts}
+        out.append([Hypothesis([t for h in best for t in h.tokens], sum(h.score for h in best), parts)])
+    return out

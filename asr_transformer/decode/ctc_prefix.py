@@ -104,15 +104,19 @@ class CTCPrefixScorer:
     Args:
         log_probs: (B, T, V) CTC log-posteriors; frames beyond `lengths` are ignored.
         lengths: (B,) valid frames per utterance.
+        window: > 0: ψ(g·c) sums only the frames where φ(g) is within `window` (natural log) of its largest
+            (`frames`); each frame left out would add at most e^-window of that largest term. 0: every frame.
 
     Use: `state = scorer.initial_state(utt)`; `psi = scorer.score(state, tokens)` for candidate tokens
     (N, K) → (N, K) log ψ(g·c) (c = EOS gives log P(g)); `state = scorer.advance(state, rows, tokens)` for the
-    extensions kept (hypothesis rows (M,) extended by tokens (M,)).
+    extensions kept (hypothesis rows (M,) extended by tokens (M,)). `terms` counts the (candidate, frame) terms
+    `score` has summed: its work.
     """
 
-    def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK, eos: int = EOS):
+    def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank: int = BLANK, eos: int = EOS,
+                 window: float = 0.0):
         B, T, V = log_probs.shape
-        self.T, self.blank, self.eos = T, blank, eos
+        self.T, self.blank, self.eos, self.window, self.terms = T, blank, eos, float(window), 0
         x = log_probs.detach()
         x = x if x.dtype == torch.float64 else x.float()  # kept in float32 (float64 input stays float64)
         self.xt = x.clamp(min=LOG_FLOOR).transpose(1, 2).contiguous()  # (B, V, T)
@@ -144,16 +148,52 @@ class CTCPrefixScorer:
         empty = torch.where(state.length == 0, 0.0, NEG_INF).to(end.dtype)  # no frames at all
         return torch.where(length > 0, end, empty)
 
-    def score(self, state: CTCPrefixState, tokens: torch.Tensor) -> torch.Tensor:
-        """Prefix scores log ψ(g·c) for tokens (N, K) → (N, K) float64; EOS gives log P(g)."""
+    def score(self, state: CTCPrefixState, tokens: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Prefix scores log ψ(g·c) for tokens (N, K) → (N, K) float64; EOS gives log P(g).
+        keep: (N, K) bool, the candidates to score (default: all); the others get -inf and cost nothing."""
         N, K = tokens.shape
-        chunk = max(1, _CHUNK // max(1, N * self.T))
-        if K > chunk:
-            return torch.cat([self.score(state, tokens[:, i:i + chunk]) for i in range(0, K, chunk)], 1)
-        x = self.xt[state.utt.unsqueeze(1), tokens].double()  # (N, K, T): log y_t(c)
-        terms = (self._phi_shift(state, tokens) + x).masked_fill(~self.valid[state.utt].unsqueeze(1), NEG_INF)
-        psi = torch.logsumexp(terms, -1)
-        return torch.where(tokens == self.eos, self._full_sequence(state).unsqueeze(1), psi)
+        keep = torch.ones_like(tokens, dtype=torch.bool) if keep is None else keep
+        rows, cols = (keep & (tokens != self.eos)).nonzero(as_tuple=True)  # the (hypothesis, token) pairs
+        psi = torch.full((N, K), NEG_INF, dtype=torch.float64, device=tokens.device)
+        if rows.numel():
+            psi[rows, cols] = self._pair_scores(state, rows, tokens[rows, cols])
+        return torch.where(keep & (tokens == self.eos), self._full_sequence(state).unsqueeze(1), psi)
+
+    def frames(self, state: CTCPrefixState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(φ_{t-1}(g, c) for c ≠ last(g), (N, T); the first and one past the last frame of each hypothesis' window,
+        (N,) each): the frames where φ_{t-1} is within `window` of its largest (every frame without a window)."""
+        N, T = state.r_n.shape
+        phi = self._shifted(state, torch.logaddexp(state.r_n, state.r_b))
+        start, end = torch.zeros(N, dtype=torch.long, device=phi.device), torch.full_like(state.length, T)
+        if self.window > 0 and T:
+            valid = phi.masked_fill(~self.valid[state.utt], NEG_INF)
+            near = valid >= valid.max(1, keepdim=True).values - self.window  # all True for a row of -inf
+            start, end = near.int().argmax(1), T - near.flip(1).int().argmax(1)
+        return phi, start, end
+
+    def _shifted(self, state: CTCPrefixState, r: torch.Tensor) -> torch.Tensor:
+        """r (N, T) one frame later, (N, T): r_{t-1} at t, and at t = 0 log 1 for the empty g, else log 0."""
+        first = torch.where(state.length == 0, 0.0, NEG_INF).to(r.dtype).unsqueeze(1)
+        return torch.cat([first, r[:, :-1]], 1)
+
+    def _pair_scores(self, state: CTCPrefixState, rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """log ψ(g·c) = logsumexp_t φ_{t-1}(g, c) + log y_t(c) over each hypothesis' window, for P pairs of
+        hypothesis `rows` (P,) and token (P,) → (P,) float64."""
+        phi_any, start, end = self.frames(state)
+        width = int((end - start)[rows].max())
+        t = start.unsqueeze(1) + torch.arange(width, device=start.device)  # (N, w) the frames of each window
+        inside = (t < end.unsqueeze(1)) & (t < self.T)
+        t = t.clamp(max=max(self.T - 1, 0))
+        inside &= self.valid[state.utt].gather(1, t)
+        phi_any, phi_same = phi_any.gather(1, t), self._shifted(state, state.r_b).gather(1, t)  # (N, w)
+        chunk, out = max(1, _CHUNK // max(1, width)), []
+        for i in range(0, rows.numel(), chunk):
+            r, c = rows[i:i + chunk], tokens[i:i + chunk]
+            phi = torch.where((c == state.last[r]).unsqueeze(1), phi_same[r], phi_any[r])  # (p, w)
+            x = self.xt[state.utt[r].unsqueeze(1), c.unsqueeze(1), t[r]].double()  # (p, w): log y_t(c)
+            out.append(torch.logsumexp((phi + x).masked_fill(~inside[r], NEG_INF), -1))
+        self.terms += rows.numel() * width
+        return torch.cat(out)
 
     def advance(self, state: CTCPrefixState, rows: torch.Tensor, tokens: torch.Tensor) -> CTCPrefixState:
         """The states of hypotheses `rows` (M,) extended by `tokens` (M,) (not EOS) → a state of M hypotheses."""

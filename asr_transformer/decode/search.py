@@ -20,7 +20,7 @@ import torch
 
 from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
-from asr_transformer.decode.beam import beam_search
+from asr_transformer.decode.beam import beam_search, join_pieces, split_at_pauses
 from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
 from asr_transformer.decode.greedy import greedy_search
 from asr_transformer.decode.maskctc import maskctc_search
@@ -99,19 +99,48 @@ def rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weigh
     return [sorted(hyps, key=lambda h: h.score, reverse=True) or [Hypothesis([], float("-inf"))] for hyps in out]
 
 
+def _beam(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: DecodeConfig, nbest: int,
+          pre_beam: int | None, lm, stats: dict | None) -> list[list[Hypothesis]]:
+    """beam and joint: `beam_search`. In joint mode, utterances longer than opts.split_seconds are searched in pieces
+    cut at pauses (`split_at_pauses`), B pieces at a time (B: the batch's utterances), so that neither the decoder's
+    context nor the rows of a step grow with the audio's length."""
+    ctc = model.ctc_log_probs(enc) if mode == "joint" else None
+    pieces = None
+    if ctc is not None and opts.split_seconds > 0:
+        pieces = split_at_pauses(enc, enc_lens, ctc, chunk_frames(1000 * opts.split_seconds, model.cfg.subsampling))
+
+    def search(enc, enc_lens, ctc):
+        return beam_search(model, enc, enc_lens, opts.beam, ctc_log_probs=ctc, ctc_weight=opts.ctc_weight,
+                           length_penalty=opts.length_penalty, max_len_ratio=opts.max_len_ratio, nbest=nbest,
+                           pre_beam=pre_beam, lm=lm, lm_weight=opts.lm_weight, ctc_window=opts.ctc_window,
+                           beam_threshold=opts.beam_threshold, end_detect=opts.end_detect, stats=stats)
+
+    if pieces is None:
+        return search(enc, enc_lens, ctc)
+    B, hyps = enc.size(0), []
+    for i in range(0, len(pieces.owner), B):
+        lens = pieces.lengths[i:i + B]
+        T = int(lens.max())
+        hyps += search(pieces.enc[i:i + B, :T], lens, pieces.ctc_log_probs[i:i + B, :T])
+    return join_pieces(hyps, pieces.owner, B)
+
+
 def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
-              pre_beam: int | None = None, lm=None, speaker_mean: torch.Tensor | None = None) -> list[list[Hypothesis]]:
+              pre_beam: int | None = None, lm=None, speaker_mean: torch.Tensor | None = None,
+              stats: dict | None = None) -> list[list[Hypothesis]]:
     """Decode a batch of utterances with `opts.mode`.
 
     Args:
         model: ASRModel (any device; switched to eval mode for the call).
         feats: (B, T, F) raw log-mel features (the model applies its CMVN); feat_lens (B,).
-        opts: DecodeConfig (mode, beam, ctc_weight, length_penalty, max_len_ratio, maskctc_*, nbest).
+        opts: DecodeConfig (mode, beam, ctc_weight, length_penalty, max_len_ratio, maskctc_*, nbest, and the bounds
+            on the work of beam and joint: ctc_window, beam_threshold, end_detect, split_seconds).
         pre_beam: joint mode: candidates per hypothesis scored by CTC (default 1.5·beam; 0 = whole vocabulary).
         lm: an NgramLM over the model's tokens (or a WordBoundaryLM: `fusion_lm`), fused with weight
             opts.lm_weight in beam, joint and rescore.
         speaker_mean: (B, F), each utterance's speaker's mean log-mel, for a model.speaker_cmn model
             (`data.features.speaker_means`); without it such a model subtracts each utterance's own mean.
+        stats: beam and joint: a dict that the search's work is added to (`beam.beam_search`).
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
@@ -130,10 +159,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
             if mode == "greedy":
                 return greedy_search(model, enc, enc_lens, opts.max_len_ratio)
             if mode in ("beam", "joint"):
-                ctc = model.ctc_log_probs(enc) if mode == "joint" else None
-                return beam_search(model, enc, enc_lens, opts.beam, ctc_log_probs=ctc, ctc_weight=opts.ctc_weight,
-                                   length_penalty=opts.length_penalty, max_len_ratio=opts.max_len_ratio,
-                                   nbest=nbest, pre_beam=pre_beam, lm=lm, lm_weight=opts.lm_weight)
+                return _beam(model, enc, enc_lens, mode, opts, nbest, pre_beam, lm, stats)
             ctc = model.ctc_log_probs(enc)
             if mode == "ctc":
                 return ctc_greedy(ctc, enc_lens).hypotheses()
