@@ -13,9 +13,10 @@ Audio (16 kHz; each item decoded alone, batch 1, so every set costs what one utt
     other       --other utterances of the FSDD speakers: 6 random digits of one speaker each (unfamiliar voices)
 
 Settings: `off` (ctc_window=0, beam_threshold=0, end_detect=0, split_seconds=0: every CTC frame, no pruning, no
-end detection, long utterances searched whole), `on` (the package's decoding defaults, which take DecodeConfig's
-bounds) and `on-whole` (`on` but split_seconds=0: what the bounds within one search do alone). The decoding mode
-is the package's (joint, with its word LM). WER where the words are known (in-domain, long, other: FSDD's digits).
+end detection, long utterances searched whole), `on` (DecodeConfig's defaults for these four; a package made
+before they existed, or with other values, may store others: they are printed) and `on-whole` (`on` but
+split_seconds=0: what the bounds within one search do alone). Everything else is the package's decoding setup
+(joint, with its word LM). WER where the words are known (in-domain, long, other: FSDD's digits).
 
 RTF = (encoder + search seconds) / audio seconds, features excluded; CPU RTF the same with the process's CPU
 seconds (all its threads), which other jobs on a shared machine disturb less than wall time. The machine may be
@@ -165,13 +166,16 @@ def main() -> None:
     ap.add_argument("--json", default=str(ROOT / "bench/bounded_search.json"))
     args = ap.parse_args()
 
+    from asr_transformer.config import DecodeConfig
     from asr_transformer.recognizer import Recognizer
 
     rec = Recognizer(args.model, device="cpu", threads=args.threads)
     sets = build_sets(args, np.random.default_rng(args.seed))
     audio = {name: sum(len(w) for w in waves) / RATE for name, (waves, _) in sets.items()}
-    settings = {"off": replace(rec.options, **OFF), "on": rec.options,
-                "on-whole": replace(rec.options, split_seconds=0.0)}
+    on = replace(rec.options, **{key: getattr(DecodeConfig(), key) for key in OFF})
+    stored = {key: getattr(rec.options, key) for key in OFF}
+    print(f"bounds on: {({key: getattr(on, key) for key in OFF})}; the package stores {stored}")
+    settings = {"off": replace(rec.options, **OFF), "on": on, "on-whole": replace(on, split_seconds=0.0)}
     decode(rec, sets["in-domain"][0][:2], rec.options)  # warm-up: first touches of the LM, allocator
     rtf = {(n, s, clock): [] for n in SETS for s in settings for clock in ("wall", "cpu")}
     work, texts = {}, {}
@@ -184,12 +188,12 @@ def main() -> None:
                 work[name, setting], texts[name, setting] = stats, out
                 print(f"repeat {repeat + 1}: {name:9s} {setting:8s} RTF {wall / audio[name]:.3f} "
                       f"CPU RTF {cpu / audio[name]:.3f}", flush=True)
-    result = report(args, rec, audio, rtf, work, texts, {name: refs for name, (_, refs) in sets.items()})
+    result = report(args, rec, settings, audio, rtf, work, texts, {name: refs for name, (_, refs) in sets.items()})
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.json}")
 
 
-def report(args, rec, audio, rtf, work, texts, refs) -> dict:
+def report(args, rec, settings, audio, rtf, work, texts, refs) -> dict:
     """Print the table and return the JSON record."""
     from asr_transformer.scoring import score
     from asr_transformer.text import NormalizerConfig
@@ -228,7 +232,7 @@ def report(args, rec, audio, rtf, work, texts, refs) -> dict:
                   f"{row['texts_same_as_off']:>9s}")
     return {"cpu": cpu_name(), "threads": args.threads, "nice": os.nice(0), "model": _shown(args.model),
             "manifest": _shown(args.manifest), "decoding": {k: v for k, v in vars(rec.options).items()},
-            "off": OFF, "repeats": args.repeats, "seed": args.seed, "rows": rows}
+            "on": {key: getattr(settings["on"], key) for key in OFF}, "off": OFF, "repeats": args.repeats, "seed": args.seed, "rows": rows}
 
 
 if __name__ == "__main__":
