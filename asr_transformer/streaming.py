@@ -104,10 +104,6 @@ class StreamingRecognizer:
         self._last_partial = None
         self._start_utterance()
 
-    @property
-    def chunk_seconds(self) -> float:
-        return self.chunk * self.frame_seconds
-
     def _start_utterance(self) -> None:
         self._state = self.model.encoder.start_stream(self.chunk, self.left_chunks)
         opts = self.recognizer.options
