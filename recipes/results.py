@@ -38,9 +38,9 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def short_cpu_name() -> str:
-    """The CPU's name without trademarks and filler: "Intel Xeon", "AMD EPYC 7B13"."""
-    name = re.sub(r"\((R|TM|tm)\)|\b(CPU|Processor)\b|@.*", " ", cpu_name())
+def short_cpu_name(name: str | None = None) -> str:
+    """The CPU's name (this machine's by default) without trademarks and filler: "Intel Xeon", "AMD EPYC 7B13"."""
+    name = re.sub(r"\((R|TM|tm)\)|\b(CPU|Processor)\b|@.*", " ", name or cpu_name())
     return " ".join(name.split()) or "unknown CPU"
 
 
@@ -350,14 +350,61 @@ def streaming_table(exp: Path, cpu: str) -> list[str]:
     return lines
 
 
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def benchmarks_section(bench: Path) -> str:
+    """The n-gram LM's build and load costs and the LM search's RTF on long audio, from bench/*.json."""
+    lines = ["## Benchmarks", "", f"Written by the scripts in `{bench.name}/` (each file's docstring says what it measures); "
+             "the CPU and the load on it are theirs, so compare the rows of one table, not across tables."]
+    build, load = _load(bench / "lm_build.json"), _load(bench / "lm_load.json")
+    if build and load:
+        lines += ["", "### Word n-gram LM (the Kathleen recipe's 4-gram)", "",
+                  f"`python bench/lm_build.py`: `{build['command']}` (in {build['cwd']}) builds "
+                  f"{sum(build['ngrams']):,} n-grams from {build['sentences']:,} sentences, a "
+                  f"{build['arpa_mb']:.0f} MB ARPA file, in {build['wall_s']:.1f} s with a peak of "
+                  f"{build['peak_rss_mb']:.0f} MB ({build['cpus']} CPUs"
+                  + (", byte-identical to the recipe's" if build.get("identical") else "") + ").",
+                  "", f"`python bench/lm_load.py` ({load['queries']:,} random lookups; the two readers' log-probabilities "
+                  f"{'are identical' if load['identical_log_probs'] else 'DIFFER'}):", "",
+                  "| reader | load s | memory after load MB | after the lookups MB | lookups / s |", "|---|---|---|---|---|",
+                  f"| ARPA text into Python dicts | {load['old']['seconds']:.2f} | {load['old']['rss_mb']:.0f} | "
+                  f"{load['old']['rss_after_lookups_mb']:.0f} | {load['old']['lookups_per_s']:,.0f} |",
+                  f"| binary, memory-mapped ({load['binary_mb']:.0f} MB file, made once from the ARPA file in "
+                  f"{load['convert']['seconds']:.1f} s) | {load['load']['seconds']:.3f} | {load['load']['rss_mb']:.0f} | "
+                  f"{load['load']['rss_after_lookups_mb']:.0f} | {load['load']['lookups_per_s']:,.0f} |"]
+    search = _load(bench / "bounded_search.json")
+    if search:
+        names = {"in-domain": "in-domain (Kathleen dev utterances)", "long": "long (dev utterances joined)",
+                 "random": "random speech", "other": "other speakers (FSDD digits)"}
+        rows = {(r["set"], r["setting"]): r for r in search["rows"]}
+        lines += ["", "### LM search on long and unfamiliar audio", "",
+                  f"`nice -n {search['nice']} python bench/bounded_search.py --threads {search['threads']} --repeats "
+                  f"{search['repeats']}`: `{search['model']}`, joint decoding with its word LM (beam "
+                  f"{search['decoding']['beam']}), each item alone; bounds off = every CTC frame, no end detection, "
+                  f"no split; on = the defaults (CTC window {search['on']['ctc_window']:g} frames, end detection "
+                  f"{search['on']['end_detect']:g}, pieces of at most {search['on']['split_seconds']:g} s). "
+                  f"RTF median of the repeats, {short_cpu_name(search['cpu'])}.", "",
+                  "| audio | seconds | RTF bounds off | RTF on | on ÷ in-domain | CTC terms per audio second off → on |",
+                  "|---|---|---|---|---|---|"]
+        for name, label in names.items():
+            off, on = rows.get((name, "off")), rows.get((name, "on"))
+            if off and on:
+                lines.append(f"| {label} | {on['audio_seconds']:.1f} | {off['rtf']:.3f} | {on['rtf']:.3f} | "
+                             f"{on['rtf_vs_in_domain']:.2f} | {off['per_audio_second']['ctc_terms']:,.0f} → "
+                             f"{on['per_audio_second']['ctc_terms']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 SECTION_HEADING = re.compile(r"^## (\S+): `(.+)`$", re.MULTILINE)  # as `section` writes it
 
 
 def earlier_sections(text: str) -> dict[str, str]:
     """The sections of a RESULTS.md this tool wrote, by experiment (`recipes/<corpus>/<exp>`), in order."""
-    marks = list(SECTION_HEADING.finditer(text))
-    ends = [m.start() for m in marks[1:]] + [len(text)]
-    return {f"recipes/{m[1]}/{m[2]}": text[m.start():end].rstrip("\n") + "\n" for m, end in zip(marks, ends)}
+    headings = [m.start() for m in re.finditer(r"^## ", text, re.MULTILINE)] + [len(text)]  # Benchmarks ends one too
+    return {f"recipes/{m[1]}/{m[2]}": text[m.start():min(h for h in headings if h > m.start())].rstrip("\n") + "\n"
+            for m in SECTION_HEADING.finditer(text)}
 
 
 def main() -> None:
@@ -365,6 +412,7 @@ def main() -> None:
     p.add_argument("experiments", nargs="+", type=Path, help="recipes/<corpus>/exp/<name> folders")
     p.add_argument("--out", type=Path, default=Path("RESULTS.md"))
     p.add_argument("--update", action="store_true", help="keep --out's sections of the experiments not given")
+    p.add_argument("--bench", type=Path, help="add a Benchmarks section from this folder's bench/*.json files")
     args = p.parse_args()
     sections = earlier_sections(args.out.read_text()) if args.update and args.out.exists() else {}
     for exp in args.experiments:
@@ -374,9 +422,11 @@ def main() -> None:
             continue
         sections[f"recipes/{recipe.name}/{exp.resolve().relative_to(recipe).as_posix()}"] = section(recipe, exp.resolve())
     parts = ["# Results", "",
-             "Generated by `python recipes/results.py " + " ".join(sections) + "` from what "
-             "the recipes wrote (config, training log, `asr score` and `asr decode` outputs). Do not edit by hand.", "",
-             *sections.values()]
+             "Generated by `python recipes/results.py " + " ".join(sections)
+             + (f" --bench {args.bench.as_posix()}" if args.bench else "") + "` from what "
+             "the recipes wrote (config, training log, `asr score` and `asr decode` outputs"
+             + (f") and the benchmarks in {args.bench.as_posix()}/" if args.bench else ")") + ". Do not edit by hand.", "",
+             *sections.values(), *([benchmarks_section(args.bench)] if args.bench else [])]
     with atomic_open(args.out) as f:
         f.write("\n".join(parts))
     print(f"wrote {args.out}")

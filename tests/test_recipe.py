@@ -18,6 +18,16 @@ def make_plan(recipe: str, *args) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
 
+def _results_module():
+    """recipes/results.py, which is a script, imported."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results", ROOT / "recipes/results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    return results
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_default_recipe_in_miniature(tmp_path):
     pytest.importorskip("espeakng_loader", reason="the synthetic corpus needs espeakng-loader")
@@ -168,15 +178,11 @@ def test_fsdd_pretraining_config_builds_the_encoder_the_recipe_fine_tunes():
 
 def test_results_report_the_pretraining_a_model_started_from(tiny_package, tmp_path):
     """RESULTS.md names the pretraining run (its own training line) and a run without it reproduces with PRETRAIN=0."""
-    import importlib.util
-
     import yaml
 
     from asr_transformer.config import load_config, to_dict
 
-    spec = importlib.util.spec_from_file_location("results", ROOT / "recipes/results.py")
-    results = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results)
+    results = _results_module()
     recipe = tmp_path / "recipes/demo"
     (recipe / "conf").mkdir(parents=True)
     shutil.copy(ROOT / "recipes/common.mk", recipe.parent)
@@ -206,6 +212,27 @@ def test_results_report_the_pretraining_a_model_started_from(tiny_package, tmp_p
     (recipe / "Makefile").write_text("EXP ?= exp/tiny\nPRETRAIN ?= 1\nUNIT ?= $(if $(CONF),bpe)\ninclude ../common.mk\n")
     assert "- Reproduce: `make -C recipes/demo ASR=$PWD/.venv/bin/asr UNIT=char PRETRAIN=0` (" in results.section(
         recipe, recipe / "exp/tiny")
+
+
+def test_results_benchmarks_section_reports_the_bench_files_and_update_keeps_it_apart(tmp_path):
+    """--bench turns bench/*.json into tables (numbers as the scripts wrote them); --update's sections stop at it."""
+    results = _results_module()
+    for name in ("lm_build.json", "lm_load.json", "bounded_search.json"):
+        shutil.copy(ROOT / "bench" / name, tmp_path / name)
+    search = json.loads((tmp_path / "bounded_search.json").read_text())
+    rows = {(r["set"], r["setting"]): r for r in search["rows"]}
+    rows["random", "on"]["rtf_vs_in_domain"] = 9.87
+    (tmp_path / "bounded_search.json").write_text(json.dumps(search))
+    text = results.benchmarks_section(tmp_path)
+    random_row = next(line for line in text.splitlines() if line.startswith("| random speech |"))
+    assert f"| {rows['random', 'off']['rtf']:.3f} | {rows['random', 'on']['rtf']:.3f} | 9.87 |" in random_row
+    load = json.loads((tmp_path / "lm_load.json").read_text())
+    assert f"| {load['load']['seconds']:.3f} | {load['load']['rss_mb']:.0f} |" in text
+    (tmp_path / "lm_load.json").unlink()  # a missing file leaves its table out, the others stay
+    text = results.benchmarks_section(tmp_path)
+    assert "lookups / s" not in text and "| random speech |" in text
+    sections = results.earlier_sections("# Results\n\n## kathleen: `exp/phone`\n\nrows\n\n" + text)
+    assert sections == {"recipes/kathleen/exp/phone": "## kathleen: `exp/phone`\n\nrows\n"}
 
 
 def test_every_recipe_trains_a_fixed_number_of_epochs():
