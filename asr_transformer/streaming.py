@@ -157,7 +157,7 @@ class StreamingRecognizer:
         self._search.advance(log_probs)
         self._count_silence(log_probs[0].argmax(-1))
         events = []
-        tokens, frames = self._best_path()
+        tokens, frames = self._path(self._search.paths()[1])
         if tokens != self._last_partial:
             self._last_partial = tokens
             start, end = self._times(frames)
@@ -189,9 +189,10 @@ class StreamingRecognizer:
 
     # ----------------------------------------------------------------------------------------- results
 
-    def _best_path(self, rank: int = 0) -> tuple[list[int], list[int]]:
-        """The tokens of the search's `rank`-th prefix and the encoder frame (in the utterance) each was emitted."""
-        _, seq = self._search.paths()
+    @staticmethod
+    def _path(seq: torch.Tensor, rank: int = 0) -> tuple[list[int], list[int]]:
+        """seq: `CTCPrefixBeams.paths()`'s (1, W, T) → the tokens of the `rank`-th prefix and the encoder frame (in
+        the utterance) each was emitted at."""
         row = seq[0, rank]
         frames = (row >= 0).nonzero().flatten().tolist()
         return [int(row[t]) for t in frames], frames
@@ -208,7 +209,8 @@ class StreamingRecognizer:
 
     def _final(self, arrived: float) -> StreamEvent:
         """The utterance's final: its n-best rescored (or CTC's best), then a fresh utterance."""
-        nbest = self._search.nbest()[0]
+        paths = self._search.paths()
+        nbest = self._search.nbest(paths)[0]
         if self.rescore and nbest:
             enc = torch.cat(self._enc, 1)
             best = self.recognizer.rescore(enc, nbest)
@@ -216,7 +218,7 @@ class StreamingRecognizer:
             mode = "rescore"
         else:
             best, rank, mode = (nbest[0] if nbest else Hypothesis([], float("-inf"))), 0, "ctc_beam"
-        tokens, frames = self._best_path(rank) if nbest else ([], [])
+        _, frames = self._path(paths[1], rank) if nbest else ([], [])
         start, end = self._times(frames)
         event = StreamEvent("final", self._text(best.tokens, mode), start, end, best.tokens, float(best.score),
                             latency=time.perf_counter() - arrived)

@@ -305,7 +305,7 @@ class CTCPrefixBeams:
         self.parents.append(src)
         self.emits.append(token)
 
-    def paths(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def paths(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every utterance's prefixes, best first: scores (B, W), and per frame the token each emitted there or
         -1, (B, W, T) — backtracked through the parents."""
         scores = torch.logaddexp(self.pb, self.pnb)
@@ -321,9 +321,10 @@ class CTCPrefixBeams:
             idx = parents_t[t].gather(1, idx)
         return scores, torch.stack(seq[::-1], -1)
 
-    def nbest(self) -> list[list[Hypothesis]]:
-        """Per utterance up to `beam` hypotheses, best first, score = log P(prefix) over all its alignments."""
-        scores, seq = self.paths()
+    def nbest(self, paths: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[list[Hypothesis]]:
+        """Per utterance up to `beam` hypotheses, best first, score = log P(prefix) over all its alignments.
+        paths: `paths()`'s result when the caller has it already (the backtracking is then not done twice)."""
+        scores, seq = paths if paths is not None else self.paths()
         out = []
         for b in range(scores.size(0)):
             hyps = []
