@@ -731,7 +731,9 @@ def transcribe(
                                          "tsv a row per word."),
     stream: bool = typer.Option(False, "--stream", help="Live: decode the audio as it arrives (a streaming model), "
                                 "printing partial lines (rewritten in place on a terminal) and a final line per "
-                                "utterance; e.g. `sox -d -t wav - | asr transcribe --stream - -m model.pt`."),
+                                "utterance; e.g. `sox -d -t wav - | asr transcribe --stream - -m model.pt`. Finals: "
+                                "the CTC n-best rescored by the decoder and LMs, or with --mode joint (or beam) that "
+                                "search over each utterance, as offline (slower finals; a phone model's words)."),
     chunk_ms: Optional[int] = typer.Option(None, "--chunk-ms", help="--stream: audio per encoder step, in ms "
                                            "(default: the package's, else 640); without --stream as asr decode's."),
     left_chunks: Optional[int] = LEFT_CHUNKS,
@@ -761,7 +763,7 @@ def transcribe(
                       chunk_ms=None if stream else chunk_ms, left_chunks=left_chunks, ctc_window=ctc_window,
                       beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds)
     if stream:
-        _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate)
+        _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate, mode or "rescore")
         return
     speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
     if same_speaker:
@@ -780,9 +782,9 @@ def transcribe(
 
 
 def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], output_format: str,
-                        chunk_ms: Optional[int], realtime: bool, raw_rate: int) -> None:
-    """`asr transcribe --stream`: each input through a StreamingRecognizer; lines as `_StreamPrinter` shows them, and
-    the usual files at the end with --out."""
+                        chunk_ms: Optional[int], realtime: bool, raw_rate: int, final: str) -> None:
+    """`asr transcribe --stream`: each input through a StreamingRecognizer (finals in the mode `final`); lines as
+    `_StreamPrinter` shows them, and the usual files at the end with --out."""
     from asr_transformer.data.audio import AudioError
     from asr_transformer.decode.search import DecodeError
     from asr_transformer.streaming import stream_file
@@ -796,7 +798,7 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
         label, basename = ("stdin", "stdin") if item == "-" else (item, Path(item).stem or Path(item).name)
         printer, segments = _StreamPrinter(label if len(audio) > 1 else None), []
         try:
-            for event in stream_file(rec, source, chunk_ms, realtime=realtime):
+            for event in stream_file(rec, source, chunk_ms, realtime=realtime, final=final):
                 printer.show(event)
                 if event.kind == "final" and event.text:
                     segments.append({"start": round(event.start, 3), "end": round(event.end, 3), "text": event.text,

@@ -25,7 +25,7 @@ from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
 from asr_transformer.device import pick_device, synchronize
 from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize, rescore,
-                                           transcriber)
+                                           search_encoded, transcriber)
 from asr_transformer.model.asr import NoCTCError
 from asr_transformer.package import check_precision, load_package, read_package
 from asr_transformer.writers import write_decoding
@@ -128,6 +128,15 @@ class Recognizer:
             best = rescore(self.model, enc, torch.tensor([enc.size(1)]), [nbest], self.options.ctc_weight,
                            self.options.length_penalty, lm, weight)[0][0]
         return best
+
+    def search(self, enc: torch.Tensor, mode: str | None = None) -> Hypothesis:
+        """One utterance decoded from its encoder output enc (1, T', D) (a stream's chunks) in `mode` (default:
+        the options' mode), with the LMs where the mode fuses them → the best hypothesis."""
+        mode = mode or self.options.mode
+        lm, weight = self._fused() if mode in LM_MODES else (None, 0.0)
+        opts = replace(self.options, mode=mode, lm_weight=weight, nbest=1)
+        with torch.inference_mode():
+            return search_encoded(self.model, enc, torch.tensor([enc.size(1)], device=enc.device), opts, lm=lm)[0][0]
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,

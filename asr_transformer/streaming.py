@@ -13,10 +13,12 @@ Read top to bottom (WeNet's U2 design, on this toolkit's model):
    `max_silence` seconds without any speech, after `max_segment` seconds, or at the end of the input, the n-best
    of the utterance is rescored by the attention decoder over the utterance's encoder frames (and the word LM,
    as the `rescore` mode does) and given out as final, with its start and end times. The encoder and search then
-   start afresh for the next utterance.
+   start afresh for the next utterance. `final="joint"` (or another mode) instead runs that mode's whole search
+   over the utterance's encoder frames at the endpoint: slower finals, the words of offline decoding (a phone
+   model spells words through its lexicon and word LM only in the beam and joint searches).
 
 Without endpoints inside, the partials are exactly the offline `ctc_beam` decoding and the final exactly the
-offline `rescore` decoding with the same `chunk_ms` (tests/test_streaming.py).
+offline decoding in the `final` mode with the same `chunk_ms` (tests/test_streaming.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch
 from asr_transformer.data.features import fbank, num_frames
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.ctc_prefix import CTCPrefixBeams
-from asr_transformer.decode.search import DecodeError
+from asr_transformer.decode.search import MODES, DecodeError
 from asr_transformer.frames import chunk_frames
 from asr_transformer.tokens import BLANK
 
@@ -72,12 +74,14 @@ class StreamingRecognizer:
         events = stream.finish()
 
     recognizer: a `Recognizer` of a streaming-trained model (`model.streaming: true`) or of one without Conformer
-    convolutions; its options give the beam, CTC weight, length bonus and LMs of the final rescoring.
-    rescore: False gives CTC's best prefix as final (no attention decoder pass).
+    convolutions; its options give the beam, CTC weight, length bonus and LMs of the finals.
+    final: the decoding mode of each utterance's final: `rescore` (WeNet's second pass: the stream's CTC n-best
+    rescored by the attention decoder and the LMs), `ctc_beam` (the stream's best CTC prefix, no decoder pass),
+    or a search run over the utterance's encoder frames at its endpoint (`joint`, `beam`: with the LMs).
     """
 
     def __init__(self, recognizer, chunk_ms: float | None = None, left_chunks: int | None = None,
-                 endpointing: Endpointing = Endpointing(), rescore: bool = True):
+                 endpointing: Endpointing = Endpointing(), final: str = "rescore"):
         model, cfg = recognizer.model, recognizer.config
         if model.ctc is None:
             raise DecodeError("streaming needs a CTC head, which this model does not have")
@@ -92,7 +96,13 @@ class StreamingRecognizer:
         self.recognizer, self.model, self.features = recognizer, model, cfg.features
         self.chunk = chunk_frames(chunk_ms, cfg.model.subsampling, cfg.features.frame_shift_ms)
         self.left_chunks = opts.left_chunks if left_chunks is None else left_chunks
-        self.endpointing, self.rescore = endpointing, rescore and cfg.model.decoder_layers > 0
+        if final not in MODES:
+            raise DecodeError(f"final: {final!r} is not a decoding mode ({', '.join(MODES)})")
+        if cfg.model.decoder_layers == 0 and final == "rescore":
+            final = "ctc_beam"  # a CTC-only model: the stream's own best prefix
+        elif cfg.model.decoder_layers == 0 and final not in ("ctc", "ctc_beam"):
+            raise DecodeError(f"final: {final} needs an attention decoder, which this model does not have")
+        self.endpointing, self.final = endpointing, final
         self.hop = int(cfg.features.sample_rate * cfg.features.frame_shift_ms / 1000)
         self.win = int(cfg.features.sample_rate * cfg.features.frame_length_ms / 1000)
         self.frame_seconds = cfg.features.frame_shift_ms / 1000 * cfg.model.subsampling  # one encoder frame
@@ -208,16 +218,18 @@ class StreamingRecognizer:
         return " ".join(self.recognizer.text(tokens, mode).split())
 
     def _final(self, arrived: float) -> StreamEvent:
-        """The utterance's final: its n-best rescored (or CTC's best), then a fresh utterance."""
+        """The utterance's final in the `final` mode, then a fresh utterance. Its times are those of the CTC prefix
+        with its tokens, or of CTC's best prefix where the search found others."""
         paths = self._search.paths()
         nbest = self._search.nbest(paths)[0]
-        if self.rescore and nbest:
-            enc = torch.cat(self._enc, 1)
-            best = self.recognizer.rescore(enc, nbest)
-            rank = next(i for i, h in enumerate(nbest) if h.tokens == best.tokens)
-            mode = "rescore"
+        mode = self.final if nbest else "ctc_beam"
+        if mode == "rescore":
+            best = self.recognizer.rescore(torch.cat(self._enc, 1), nbest)
+        elif mode == "ctc_beam":
+            best = nbest[0] if nbest else Hypothesis([], float("-inf"))
         else:
-            best, rank, mode = (nbest[0] if nbest else Hypothesis([], float("-inf"))), 0, "ctc_beam"
+            best = self.recognizer.search(torch.cat(self._enc, 1), mode)
+        rank = next((i for i, h in enumerate(nbest) if h.tokens == best.tokens), 0)
         _, frames = self._path(paths[1], rank) if nbest else ([], [])
         start, end = self._times(frames)
         event = StreamEvent("final", self._text(best.tokens, mode), start, end, best.tokens, float(best.score),

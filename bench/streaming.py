@@ -4,8 +4,9 @@
         --chunks 320,640 --json recipes/kathleen/exp/phone_streaming/streaming_dev.json
 
 Every utterance of the manifest is streamed on its own through `StreamingRecognizer` (the package's beam, CTC weight
-and LMs; attention rescoring at each endpoint), fed in 10-ms blocks as a microphone would give them; the
-full-context row decodes the same utterances offline in the `rescore` mode (the same search without chunks). The
+and LMs; finals in the `--final` mode: `rescore`, attention rescoring of the CTC n-best, or e.g. `joint`, the
+package's joint search over the utterance), fed in 10-ms blocks as a microphone would give them; the full-context
+row decodes the same utterances offline in that mode (the same search without chunks). The
 finals of an utterance, joined, are its hypothesis; WER/CER (%) use the toolkit's scoring and normalizer.
 
 Latency, in a simulated real-time stream (audio arrives at its own pace; an event is out when the block that
@@ -42,9 +43,9 @@ from asr_transformer.streaming import StreamingRecognizer  # noqa: E402
 BLOCK = 160  # samples fed at a time: 10 ms
 
 
-def stream_one(rec: Recognizer, audio: np.ndarray, chunk_ms: int) -> dict:
+def stream_one(rec: Recognizer, audio: np.ndarray, chunk_ms: int, final: str) -> dict:
     """One utterance through a fresh stream → its text and latencies (seconds)."""
-    stream = StreamingRecognizer(rec, chunk_ms)
+    stream = StreamingRecognizer(rec, chunk_ms, final=final)
     events, compute = [], 0.0
     for i in range(0, audio.size, BLOCK):
         t0 = time.perf_counter()
@@ -88,10 +89,11 @@ def main() -> None:
     ap.add_argument("--chunks", default="320,640", help="chunk sizes in ms, comma-separated")
     ap.add_argument("--limit", type=int, default=0, help="the first N utterances only (0: all)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--final", default="rescore", help="the finals' decoding mode: rescore (default), joint, beam, …")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
 
-    rec = Recognizer(args.package, device="cpu", threads=args.threads, mode="rescore")
+    rec = Recognizer(args.package, device="cpu", threads=args.threads, mode=args.final)
     utts = read_manifest(args.manifest)
     utts = utts[:args.limit] if args.limit else utts
     audio = {u.id: load_audio(u.audio, u.offset or 0.0, u.duration if u.offset is not None else None) for u in utts}
@@ -109,7 +111,7 @@ def main() -> None:
     print(f"full context: WER {100 * full.wer:.2f} CER {100 * full.cer:.2f}", flush=True)
 
     for chunk_ms in [int(c) for c in args.chunks.split(",") if c]:
-        results = {u.id: stream_one(rec, audio[u.id], chunk_ms) for u in utts}
+        results = {u.id: stream_one(rec, audio[u.id], chunk_ms, args.final) for u in utts}
         report = score([(u.id, u.text, results[u.id]["text"]) for u in utts], normalizer)
         row = {
             "chunk_ms": chunk_ms, "wer": round(100 * report.wer, 2), "cer": round(100 * report.cer, 2),
@@ -125,7 +127,7 @@ def main() -> None:
 
     out = {"package": args.package, "manifest": args.manifest, "utterances": len(utts),
            "audio_seconds": round(seconds, 1), "cpu": cpu_name(),
-           "threads": torch.get_num_threads(), "options": {"beam": rec.options.beam,
+           "threads": torch.get_num_threads(), "final": args.final, "options": {"beam": rec.options.beam,
                                                            "ctc_weight": rec.options.ctc_weight,
                                                            "lms": rec.lms},
            "command": "python " + " ".join(sys.argv), "rows": rows}

@@ -112,13 +112,18 @@ score: decode
 
 # `make streaming` (a model trained with model.streaming: CONF=conf/<...>_streaming.yaml): every dev and test
 # utterance streamed live at chunks of STREAM_CHUNKS ms and decoded whole without chunks (bench/streaming.py):
-# WER by chunk size, latency, RTF, in $(EXP)/streaming_<set>.json (RESULTS.md shows them)
+# WER by chunk size, latency, RTF, in $(EXP)/streaming_<set>.json (RESULTS.md shows them). STREAM_FINALS: the finals'
+# modes; rescore (the CTC n-best rescored) and/or joint (the package's joint search, in streaming_joint_<set>.json)
 STREAM_CHUNKS ?= 320,640
+STREAM_FINALS ?= rescore
 STREAM_PYTHON ?= $(if $(findstring /,$(ASR)),$(dir $(ASR))python,python3)
-streaming: $(EXP)/streaming_dev.json $(EXP)/streaming_$(TEST).json
+STREAM_BENCH = $(STREAM_PYTHON) ../../bench/streaming.py $(EXP)/model.pt $(DATA)/$*.jsonl --chunks $(STREAM_CHUNKS) \
+	--threads $(if $(filter 0,$(THREADS)),2,$(THREADS)) --json $@.tmp
+streaming: $(foreach f,$(STREAM_FINALS),$(foreach s,dev $(TEST),$(EXP)/streaming_$(f:rescore=)$(if $(f:rescore=),_)$(s).json))
 $(EXP)/streaming_%.json: $(EXP)/model.pt
-	$(STREAM_PYTHON) ../../bench/streaming.py $(EXP)/model.pt $(DATA)/$*.jsonl --chunks $(STREAM_CHUNKS) \
-		--threads $(if $(filter 0,$(THREADS)),2,$(THREADS)) --json $@.tmp && mv $@.tmp $@
+	$(STREAM_BENCH) --final rescore && mv $@.tmp $@
+$(EXP)/streaming_joint_%.json: $(EXP)/model.pt
+	$(STREAM_BENCH) --final joint && mv $@.tmp $@
 
 plot: $(EXP)/curves.png
 $(EXP)/curves.png: $(EXP)/model.pt

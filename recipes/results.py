@@ -323,78 +323,37 @@ def section(recipe: Path, exp: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+FINALS = {"rescore": "`rescore` (the CTC n-best rescored by the attention decoder and the LMs)",
+          "joint": "`joint` (the package's joint search with its LMs over the utterance)"}
+
+
 def streaming_table(exp: Path, cpu: str) -> list[str]:
-    """The rows `bench/streaming.py` wrote (`make streaming`: `streaming_<set>.json`): WER by chunk size, latency
-    and RTF of one live stream; [] without them."""
-    runs = sorted(exp.glob("streaming_*.json"))
+    """The rows `bench/streaming.py` wrote (`make streaming`: `streaming_<set>.json`, `streaming_joint_<set>.json`): WER
+    by chunk size, latency and RTF of one live stream, per set and finals' mode; [] without them."""
+    runs = [json.loads(path.read_text()) | {"set": path.stem.removeprefix("streaming_").removeprefix("joint_")}
+            for path in exp.glob("streaming_*.json")]
     if not runs:
         return []
-    first = json.loads(runs[0].read_text())
+    runs.sort(key=lambda r: (r["set"] != "dev", r["set"], r.get("final", "rescore") != "rescore"))
+    first = runs[0]
     chunks = ",".join(str(r["chunk_ms"]) for r in first["rows"] if r["chunk_ms"])
+    finals = sorted({r.get("final", "rescore") for r in runs}, key=lambda f: f != "rescore")
     lines = ["", f"Streaming (`make streaming`: `python bench/streaming.py {exp.parent.name}/{exp.name}/model.pt <set>.jsonl --chunks "
-                 f"{chunks} --threads {first['threads']}` for dev and test): every utterance streamed on its own in "
-                 "10-ms blocks, attention rescoring at the end; full context = the same model and search without "
-                 "chunks. Latencies in ms, median / 90th percentile (bench/streaming.py says how each is measured).",
+                 f"{chunks} --threads {first['threads']} --final {'|'.join(finals)}` for dev and test): every utterance "
+                 "streamed on its own in 10-ms blocks; finals by " + " or ".join(FINALS.get(f, f"`{f}`") for f in finals)
+                 + "; full context = the same model and finals without chunks. Latencies in ms, median / 90th percentile (bench/streaming.py "
+                 "says how each is measured).",
              "",
-             "| set | chunk | CER % | WER % | first partial | final after speech | final compute | RTF | CPU |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for run in runs:
-        r = json.loads(run.read_text())
-        name = run.stem.removeprefix("streaming_")
+             "| set | finals | chunk | CER % | WER % | first partial | final after speech | final compute | RTF | CPU |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
         for row in r["rows"]:
             chunk = f"{row['chunk_ms']} ms" if row["chunk_ms"] else "full context"
             lat = [f"{row[k]['median_ms']:.0f} / {row[k]['p90_ms']:.0f}" if row.get(k) and row[k]["median_ms"]
                    is not None else "–" for k in ("first_partial", "final", "final_compute")]
-            lines.append(f"| {name} | {chunk} | {row['cer']:.2f} | {row['wer']:.2f} | {' | '.join(lat)} | "
-                         f"{row['rtf']:.4f} | {cpu}, {r['threads']} threads |")
+            lines.append(f"| {r['set']} | {r.get('final', 'rescore')} | {chunk} | {row['cer']:.2f} | {row['wer']:.2f} | "
+                         f"{' | '.join(lat)} | {row['rtf']:.4f} | {cpu}, {r['threads']} threads |")
     return lines
-
-
-def _load(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def benchmarks_section(bench: Path) -> str:
-    """The n-gram LM's build and load costs and the LM search's RTF on long audio, from bench/*.json."""
-    lines = ["## Benchmarks", "", f"Written by the scripts in `{bench.name}/` (each file's docstring says what it measures); "
-             "the CPU and the load on it are theirs, so compare the rows of one table, not across tables."]
-    build, load = _load(bench / "lm_build.json"), _load(bench / "lm_load.json")
-    if build and load:
-        lines += ["", "### Word n-gram LM (the Kathleen recipe's 4-gram)", "",
-                  f"`python bench/lm_build.py`: `{build['command']}` (in {build['cwd']}) builds "
-                  f"{sum(build['ngrams']):,} n-grams from {build['sentences']:,} sentences, a "
-                  f"{build['arpa_mb']:.0f} MB ARPA file, in {build['wall_s']:.1f} s with a peak of "
-                  f"{build['peak_rss_mb']:.0f} MB ({build['cpus']} CPUs"
-                  + (", byte-identical to the recipe's" if build.get("identical") else "") + ").",
-                  "", f"`python bench/lm_load.py` ({load['queries']:,} random lookups; the two readers' log-probabilities "
-                  f"{'are identical' if load['identical_log_probs'] else 'DIFFER'}):", "",
-                  "| reader | load s | memory after load MB | after the lookups MB | lookups / s |", "|---|---|---|---|---|",
-                  f"| ARPA text into Python dicts | {load['old']['seconds']:.2f} | {load['old']['rss_mb']:.0f} | "
-                  f"{load['old']['rss_after_lookups_mb']:.0f} | {load['old']['lookups_per_s']:,.0f} |",
-                  f"| binary, memory-mapped ({load['binary_mb']:.0f} MB file, made once from the ARPA file in "
-                  f"{load['convert']['seconds']:.1f} s) | {load['load']['seconds']:.3f} | {load['load']['rss_mb']:.0f} | "
-                  f"{load['load']['rss_after_lookups_mb']:.0f} | {load['load']['lookups_per_s']:,.0f} |"]
-    search = _load(bench / "bounded_search.json")
-    if search:
-        names = {"in-domain": "in-domain (Kathleen dev utterances)", "long": "long (dev utterances joined)",
-                 "random": "random speech", "other": "other speakers (FSDD digits)"}
-        rows = {(r["set"], r["setting"]): r for r in search["rows"]}
-        lines += ["", "### LM search on long and unfamiliar audio", "",
-                  f"`nice -n {search['nice']} python bench/bounded_search.py --threads {search['threads']} --repeats "
-                  f"{search['repeats']}`: `{search['model']}`, joint decoding with its word LM (beam "
-                  f"{search['decoding']['beam']}), each item alone; bounds off = every CTC frame, no end detection, "
-                  f"no split; on = the defaults (CTC window {search['on']['ctc_window']:g} frames, end detection "
-                  f"{search['on']['end_detect']:g}, pieces of at most {search['on']['split_seconds']:g} s). "
-                  f"RTF median of the repeats, {short_cpu_name(search['cpu'])}.", "",
-                  "| audio | seconds | RTF bounds off | RTF on | on ÷ in-domain | CTC terms per audio second off → on |",
-                  "|---|---|---|---|---|---|"]
-        for name, label in names.items():
-            off, on = rows.get((name, "off")), rows.get((name, "on"))
-            if off and on:
-                lines.append(f"| {label} | {on['audio_seconds']:.1f} | {off['rtf']:.3f} | {on['rtf']:.3f} | "
-                             f"{on['rtf_vs_in_domain']:.2f} | {off['per_audio_second']['ctc_terms']:,.0f} → "
-                             f"{on['per_audio_second']['ctc_terms']:,.0f} |")
-    return "\n".join(lines) + "\n"
 
 
 SECTION_HEADING = re.compile(r"^## (\S+): `(.+)`$", re.MULTILINE)  # as `section` writes it

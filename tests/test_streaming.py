@@ -150,6 +150,30 @@ def test_streaming_equals_offline_decoding_under_the_same_chunks(streaming_packa
     assert [(e.kind, e.tokens) for e in again][-1] == ("final", finals[0].tokens)
 
 
+@pytest.mark.parametrize("final", ["joint", "beam", "ctc_beam", "greedy"])
+def test_finals_in_another_mode_are_that_mode_offline_under_the_same_chunks(streaming_package, final):
+    """final="joint" (…): each final is what offline decoding in that mode gives on the whole audio with the same
+    chunk mask; partials stay CTC's; a mode a stream cannot end with is refused."""
+    from asr_transformer.decode.search import DecodeError
+    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.streaming import Endpointing, StreamingRecognizer
+
+    root, audio = streaming_package
+    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode=final, beam=5, chunk_ms=320)
+    stream = StreamingRecognizer(rec, endpointing=Endpointing(**NO_ENDPOINTS), final=final)
+    events = []
+    for pos in range(0, audio.size, 1234):
+        events += stream.feed(audio[pos:pos + 1234])
+    events += stream.finish()
+    finals = [e for e in events if e.kind == "final"]
+    best = offline(rec, audio, final)
+    assert len(finals) == 1 and finals[0].tokens == best.tokens
+    assert finals[0].text == " ".join(rec.text(best.tokens, final).split())
+    assert [e for e in events if e.kind == "partial"][-1].tokens == offline(rec, audio, "ctc_beam").tokens
+    with pytest.raises(DecodeError, match="'best' is not a decoding mode"):
+        StreamingRecognizer(rec, final="best")
+
+
 def test_endpoints_split_the_stream(streaming_package):
     """max_segment cuts a stream into consecutive utterances; a stream whose CTC says only blank gives no final."""
     from asr_transformer.recognizer import Recognizer
@@ -184,9 +208,11 @@ def test_a_model_that_looks_ahead_cannot_stream(tiny_package):
         StreamingRecognizer(rec)
 
 
-def test_cli_streams_a_wav_from_stdin(streaming_package, tmp_path):
+@pytest.mark.parametrize("mode", ["rescore", "joint"])
+def test_cli_streams_a_wav_from_stdin(streaming_package, tmp_path, mode):
     """`asr transcribe --stream -` with a WAV on stdin: tab-separated partial lines, then a final line equal to the
-    offline rescore decoding, and the usual files with --out."""
+    offline decoding in --mode (rescore: the CTC n-best rescored; joint: the joint search), and the usual files with
+    --out."""
     import json
     import subprocess
     import sys
@@ -195,14 +221,14 @@ def test_cli_streams_a_wav_from_stdin(streaming_package, tmp_path):
 
     root, audio = streaming_package
     cmd = [sys.executable, "-m", "asr_transformer", "transcribe", "--stream", "-", "-m", str(root / "model.pt"),
-           "--mode", "rescore", "--beam", "5", "--chunk-ms", "320", "--device", "cpu", "--threads", "1",
+           "--mode", mode, "--beam", "5", "--chunk-ms", "320", "--device", "cpu", "--threads", "1",
            "-o", str(tmp_path), "-f", "json"]
     out = subprocess.run(cmd, input=(root / "a.wav").read_bytes(), capture_output=True, check=True).stdout.decode()
     lines = [line.split("\t") for line in out.splitlines()]
     assert {line[0] for line in lines} == {"partial", "final"} and lines[0][0] == "partial"
     finals = [line for line in lines if line[0] == "final"]
-    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=5, chunk_ms=320)
-    whole = rec.text(offline(rec, audio, "rescore").tokens, "rescore")
+    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode=mode, beam=5, chunk_ms=320)
+    whole = rec.text(offline(rec, audio, mode).tokens, mode)
     if len(finals) == 1:  # no endpoint inside: exactly the offline decoding
         assert finals[0][3] == whole
     for line in finals:

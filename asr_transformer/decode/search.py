@@ -144,9 +144,8 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
-    mode = check_modes(opts.mode)[0]
+    check_modes(opts.mode)  # before any work
     dev = next(model.parameters()).device
-    nbest = max(1, min(opts.nbest, opts.beam))
     was_training = model.training
     model.eval()
     try:
@@ -154,24 +153,33 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
             enc, enc_lens = model.encode(feats.to(dev), feat_lens.to(dev),
                                          None if speaker_mean is None else speaker_mean.to(dev),
                                          chunk_frames(opts.chunk_ms, model.cfg.subsampling), opts.left_chunks)
-            if enc.size(1) == 0:  # every utterance too short to give one encoder frame
-                return [[Hypothesis([], 0.0)] for _ in range(enc.size(0))]
-            if mode == "greedy":
-                return greedy_search(model, enc, enc_lens, opts.max_len_ratio)
-            if mode in ("beam", "joint"):
-                return _beam(model, enc, enc_lens, mode, opts, nbest, pre_beam, lm, stats)
-            ctc = model.ctc_log_probs(enc)
-            if mode == "ctc":
-                return ctc_greedy(ctc, enc_lens).hypotheses()
-            if mode == "maskctc":
-                return maskctc_search(model, enc, enc_lens, ctc, opts.maskctc_iterations, opts.maskctc_threshold)
-            hyps = ctc_prefix_beam_search(ctc, enc_lens, opts.beam)
-            if mode == "ctc_beam":
-                return [h[:nbest] or [Hypothesis([], float("-inf"))] for h in hyps]
-            return [h[:nbest] for h in rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty,
-                                                lm, opts.lm_weight)]
+            return search_encoded(model, enc, enc_lens, opts, pre_beam=pre_beam, lm=lm, stats=stats)
     finally:
         model.train(was_training)
+
+
+def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
+                   pre_beam: int | None = None, lm=None, stats: dict | None = None) -> list[list[Hypothesis]]:
+    """`recognize` after the encoder: enc (B, T', D) and enc_lens (B,) (e.g. a stream's chunks, `encode_chunk`)
+    → per utterance its n-best, as `recognize` (the model in eval mode, under inference_mode)."""
+    mode = check_modes(opts.mode)[0]
+    nbest = max(1, min(opts.nbest, opts.beam))
+    if enc.size(1) == 0:  # every utterance too short to give one encoder frame
+        return [[Hypothesis([], 0.0)] for _ in range(enc.size(0))]
+    if mode == "greedy":
+        return greedy_search(model, enc, enc_lens, opts.max_len_ratio)
+    if mode in ("beam", "joint"):
+        return _beam(model, enc, enc_lens, mode, opts, nbest, pre_beam, lm, stats)
+    ctc = model.ctc_log_probs(enc)
+    if mode == "ctc":
+        return ctc_greedy(ctc, enc_lens).hypotheses()
+    if mode == "maskctc":
+        return maskctc_search(model, enc, enc_lens, ctc, opts.maskctc_iterations, opts.maskctc_threshold)
+    hyps = ctc_prefix_beam_search(ctc, enc_lens, opts.beam)
+    if mode == "ctc_beam":
+        return [h[:nbest] or [Hypothesis([], float("-inf"))] for h in hyps]
+    return [h[:nbest] for h in rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty,
+                                        lm, opts.lm_weight)]
 
 
 # ------------------------------------------------------------------------------------------ LMs
