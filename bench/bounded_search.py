@@ -40,6 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from repo_paths import in_repository  # bench/repo_paths.py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -49,12 +50,6 @@ OFF = dict(ctc_window=0.0, beam_threshold=0.0, end_detect=0.0, split_seconds=0.0
 SETTINGS = ("off", "on", "on-whole")
 DIGITS = "zero one two three four five six seven eight nine".split()
 RATE = 16000
-
-
-def _shown(path: str) -> str:
-    """`path` relative to the repository when inside it: the JSON names no machine's folders."""
-    full, root = Path(path).resolve(), Path(__file__).resolve().parents[1]
-    return full.relative_to(root).as_posix() if full.is_relative_to(root) else full.name
 
 
 def cpu_name() -> str:
@@ -230,8 +225,8 @@ def report(args, rec, settings, audio, rtf, work, texts, refs) -> dict:
                   f"{per_s.get('steps', 0):7.1f} {per_s.get('hypotheses', 0):7.0f} {per_s.get('candidates', 0):8.0f} "
                   f"{per_s.get('ctc_terms', 0):11.0f} {'-' if wer is None else f'{wer:.1f}':>6s} "
                   f"{row['texts_same_as_off']:>9s}")
-    return {"cpu": cpu_name(), "threads": args.threads, "nice": os.nice(0), "model": _shown(args.model),
-            "manifest": _shown(args.manifest), "decoding": {k: v for k, v in vars(rec.options).items()},
+    return {"cpu": cpu_name(), "threads": args.threads, "nice": os.nice(0), "model": in_repository(args.model),
+            "manifest": in_repository(args.manifest), "decoding": {k: v for k, v in vars(rec.options).items()},
             "on": {key: getattr(settings["on"], key) for key in OFF}, "off": OFF, "repeats": args.repeats, "seed": args.seed, "rows": rows}
 
 

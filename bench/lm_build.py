@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from repo_paths import in_repository  # bench/repo_paths.py
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "kathleen"
 TEXTS = ["data/train.jsonl", "data/english_text.txt"]
@@ -73,12 +75,6 @@ def compare(new: str, old: str) -> dict:
     return {"compared_with": old, "identical": False, "lines": lines, "max_abs_diff_log10": worst}
 
 
-def _in_repository(path) -> str:
-    """`path` relative to the repository when it is inside it (so the JSON names no machine's folders)."""
-    path = Path(path).resolve()
-    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--texts", nargs="+", default=TEXTS, help="relative to --cwd")
@@ -107,13 +103,13 @@ def main() -> None:
             sys.exit(f"asr lm failed (exit status {os.waitstatus_to_exitcode(status)})")
         row = json.loads(Path(result).read_text())
         shown = [a.replace(tmp, "<temporary folder>") for a in lm_args]  # no machine's paths in the report
-        report = {"command": "asr lm " + " ".join(shown), "cwd": _in_repository(args.cwd),
+        report = {"command": "asr lm " + " ".join(shown), "cwd": in_repository(args.cwd),
                   "wall_s": wall, "user_s": usage.ru_utime, "sys_s": usage.ru_stime,
                   "peak_rss_mb": usage.ru_maxrss / 1024, **row, "arpa_mb": os.path.getsize(arpa) / 2**20,
                   "cpus": os.cpu_count(), "load_average_before": load}
         old = Path(args.cwd, args.compare)
         if old.exists() and old.resolve() != Path(args.cwd, arpa).resolve():
-            report.update(compare(arpa, str(old)), compared_with=_in_repository(old))
+            report.update(compare(arpa, str(old)), compared_with=in_repository(old))
     print(f"{report['command']}\n  {wall:.1f} s wall ({usage.ru_utime:.1f} s user, {usage.ru_stime:.1f} s system; "
           f"estimate {row['estimate_s']:.1f} s, write {row['write_s']:.1f} s), peak RSS {report['peak_rss_mb']:.0f} MB")
     print("  " + ", ".join(f"{count} {n}-grams" for n, count in enumerate(row["ngrams"], 1)))

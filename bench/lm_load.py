@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from repo_paths import in_repository  # bench/repo_paths.py
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "recipes" / "kathleen" / "data" / "words_4gram_text.arpa"
 
@@ -129,7 +131,7 @@ def main() -> None:
         new_values = json.loads(Path(os.path.join(tmp, "load.json.values")).read_text())
     same = all((a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-6)
                for a, b in zip(old_values, new_values))
-    report = {"arpa": args.arpa, "arpa_mb": os.path.getsize(args.arpa) / 2**20, "binary_mb": file_mb,
+    report = {"arpa": in_repository(args.arpa), "arpa_mb": os.path.getsize(args.arpa) / 2**20, "binary_mb": file_mb,
               "queries": args.queries, "identical_log_probs": same, **rows}
     print(f"\n{args.arpa} ({report['arpa_mb']:.0f} MB ARPA, {file_mb:.0f} MB binary)")
     print(f"{'':28}{'seconds':>9}{'RSS MB':>9}{'peak MB':>9}{'lookups/s':>11}")

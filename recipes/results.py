@@ -356,6 +356,53 @@ def streaming_table(exp: Path, cpu: str) -> list[str]:
     return lines
 
 
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def benchmarks_section(bench: Path) -> str:
+    """The n-gram LM's build and load costs and the LM search's RTF on long audio, from bench/*.json."""
+    lines = ["## Benchmarks", "", f"Written by the scripts in `{bench.name}/` (each file's docstring says what it measures); "
+             "the CPU and the load on it are theirs, so compare the rows of one table, not across tables."]
+    build, load = _load(bench / "lm_build.json"), _load(bench / "lm_load.json")
+    if build and load:
+        lines += ["", "### Word n-gram LM (the Kathleen recipe's 4-gram)", "",
+                  f"`python bench/lm_build.py`: `{build['command']}` (in {build['cwd']}) builds "
+                  f"{sum(build['ngrams']):,} n-grams from {build['sentences']:,} sentences, a "
+                  f"{build['arpa_mb']:.0f} MB ARPA file, in {build['wall_s']:.1f} s with a peak of "
+                  f"{build['peak_rss_mb']:.0f} MB ({build['cpus']} CPUs"
+                  + (", byte-identical to the recipe's" if build.get("identical") else "") + ").",
+                  "", f"`python bench/lm_load.py` ({load['queries']:,} random lookups; the two readers' log-probabilities "
+                  f"{'are identical' if load['identical_log_probs'] else 'DIFFER'}):", "",
+                  "| reader | load s | memory after load MB | after the lookups MB | lookups / s |", "|---|---|---|---|---|",
+                  f"| ARPA text into Python dicts | {load['old']['seconds']:.2f} | {load['old']['rss_mb']:.0f} | "
+                  f"{load['old']['rss_after_lookups_mb']:.0f} | {load['old']['lookups_per_s']:,.0f} |",
+                  f"| binary, memory-mapped ({load['binary_mb']:.0f} MB file, made once from the ARPA file in "
+                  f"{load['convert']['seconds']:.1f} s) | {load['load']['seconds']:.3f} | {load['load']['rss_mb']:.0f} | "
+                  f"{load['load']['rss_after_lookups_mb']:.0f} | {load['load']['lookups_per_s']:,.0f} |"]
+    search = _load(bench / "bounded_search.json")
+    if search:
+        names = {"in-domain": "in-domain (Kathleen dev utterances)", "long": "long (dev utterances joined)",
+                 "random": "random speech", "other": "other speakers (FSDD digits)"}
+        rows = {(r["set"], r["setting"]): r for r in search["rows"]}
+        lines += ["", "### LM search on long and unfamiliar audio", "",
+                  f"`nice -n {search['nice']} python bench/bounded_search.py --threads {search['threads']} --repeats "
+                  f"{search['repeats']}`: `{search['model']}`, joint decoding with its word LM (beam "
+                  f"{search['decoding']['beam']}), each item alone; bounds off = every CTC frame, no end detection, "
+                  f"no split; on = the defaults (CTC window {search['on']['ctc_window']:g} frames, end detection "
+                  f"{search['on']['end_detect']:g}, pieces of at most {search['on']['split_seconds']:g} s). "
+                  f"RTF median of the repeats, {short_cpu_name(search['cpu'])}.", "",
+                  "| audio | seconds | RTF bounds off | RTF on | on ÷ in-domain | CTC terms per audio second off → on |",
+                  "|---|---|---|---|---|---|"]
+        for name, label in names.items():
+            off, on = rows.get((name, "off")), rows.get((name, "on"))
+            if off and on:
+                lines.append(f"| {label} | {on['audio_seconds']:.1f} | {off['rtf']:.3f} | {on['rtf']:.3f} | "
+                             f"{on['rtf_vs_in_domain']:.2f} | {off['per_audio_second']['ctc_terms']:,.0f} → "
+                             f"{on['per_audio_second']['ctc_terms']:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 SECTION_HEADING = re.compile(r"^## (\S+): `(.+)`$", re.MULTILINE)  # as `section` writes it
 
 
