@@ -134,8 +134,8 @@ def test_kathleen_recipe_spells_words_through_the_cmu_lexicon_with_phones_and_ke
             f"--lexicon {data}/cmudict.dict") in steps
     assert f"--tokenizer {data}/tokenizer_phone --train-manifest train.jsonl" in steps and "--config conf/phone.yaml" in steps
     package = steps[steps.index("asr package"):steps.index("asr decode")]  # the LM setup goes into the package
-    assert "--mode joint --beam 30 --ctc-weight 0.5 --length-penalty 1.0" in package and "--lm " not in package
-    assert f"--word-lm {data}/words_4gram_text.arpa --word-lm-weight 0.5" in package
+    assert "--mode joint --beam 30 --ctc-weight 0.5 --length-penalty 0.5" in package and "--lm " not in package
+    assert f"--word-lm {data}/words_4gram_text.arpa --word-lm-weight 0.6" in package
     assert "english_words" not in steps  # the random words feed the character LM only
     steps = planned("CONF=conf/conformer.yaml")
     assert f"--out {data}/tokenizer --model-type char" in steps and "cmudict" not in steps
