@@ -115,10 +115,15 @@ class Recognizer:
         """Decode a batch: feats (B, T, F) raw log-mel, feat_lens (B,) → per utterance its n-best, best first.
         `mode` overrides the options' mode; the LMs take part in the modes that fuse one (beam, joint, rescore);
         speaker_mean (B, F) as `search.recognize`."""
+        opts, lm = self._mode_options(mode)
+        return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean)
+
+    def _mode_options(self, mode: str | None, **changes) -> tuple[DecodeConfig, object]:
+        """(the options with `mode` (default: theirs) and `changes`, the LM that mode fuses or None): the LMs take
+        part in beam, joint and rescore only."""
         mode = mode or self.options.mode
         lm, weight = self._fused() if mode in LM_MODES else (None, 0.0)
-        opts = replace(self.options, mode=mode, lm_weight=weight)
-        return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean)
+        return replace(self.options, mode=mode, lm_weight=weight, **changes), lm
 
     def rescore(self, enc: torch.Tensor, nbest: list[Hypothesis]) -> Hypothesis:
         """One utterance's CTC n-best rescored as the `rescore` mode does (attention decoder, the LMs, the options'
@@ -132,9 +137,7 @@ class Recognizer:
     def search(self, enc: torch.Tensor, mode: str | None = None) -> Hypothesis:
         """One utterance decoded from its encoder output enc (1, T', D) (a stream's chunks) in `mode` (default:
         the options' mode), with the LMs where the mode fuses them → the best hypothesis."""
-        mode = mode or self.options.mode
-        lm, weight = self._fused() if mode in LM_MODES else (None, 0.0)
-        opts = replace(self.options, mode=mode, lm_weight=weight, nbest=1)
+        opts, lm = self._mode_options(mode, nbest=1)
         with torch.inference_mode():
             return search_encoded(self.model, enc, torch.tensor([enc.size(1)], device=enc.device), opts, lm=lm)[0][0]
 
