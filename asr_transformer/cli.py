@@ -80,6 +80,7 @@ prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manife
 app.add_typer(prepare_app, name="prepare")
 
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
+THREADS = typer.Option(0, min=0, help="CPU threads for torch (0: OMP_NUM_THREADS when set, else all cores).")
 PRECISION_HELP = ("fp32, bf16 (the encoder in bf16: about 2× faster on CPUs with AMX and on GPUs, slower than fp32 on "
                   "CPUs without AMX), fp16 (CUDA only), int8 (the Linear layers quantized to int8, CPU only) or auto "
                   "(bf16 where it is fast).")
@@ -384,7 +385,7 @@ def train(
     tokenizer_dir: Optional[Path] = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: DATA/tokenizer)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config key: section.key=value (repeatable)."),
     device: str = typer.Option("auto", help="cpu, cuda, cuda:1 or auto."),
-    threads: int = typer.Option(0, help="CPU threads for torch (0: all cores)."),
+    threads: int = THREADS,
     seed: Optional[int] = typer.Option(None, help="Random seed (overrides train.seed)."),
     train_manifest: str = typer.Option("train.jsonl", help="Training manifest name inside DATA."),
     dev_manifest: str = typer.Option("dev.jsonl", help="Validation manifest name inside DATA."),
@@ -459,7 +460,6 @@ SPLIT_SECONDS = typer.Option(None, help="joint: search longer utterances in piec
 LEFT_CHUNKS = typer.Option(None, "--left-chunks", help="With --chunk-ms: the chunks before each that it attends to "
                            "(-1: all; default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
-THREADS = typer.Option(0, help="CPU threads for torch (0: all cores).")
 PRECISION = typer.Option("fp32", help=PRECISION_HELP)
 
 

@@ -1,6 +1,6 @@
 """Where and in what precision torch runs: the one device picker and autocast helper of training and decoding.
 
-    dev = pick_device("auto")             # the first CUDA device if there is one, else the CPU
+    dev = pick_device("auto")             # this process's CUDA device (cuda:N) if there is one, else the CPU
     with autocast(dev, "bf16"):           # the forward pass in bfloat16 (fp32: autocast off)
         ...
 
@@ -12,6 +12,7 @@ what to use instead; the command line adds the option's name.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -30,21 +31,35 @@ class DeviceError(UserError, ValueError):
 
 
 def pick_device(device: str | torch.device = "auto") -> torch.device:
-    """"auto" → the first CUDA device if there is one, else the CPU; "cpu", "cuda" or "cuda:N" → that device,
-    checked to exist here (DeviceError otherwise)."""
+    """"auto" → this process's CUDA device if there is one, else the CPU; "cpu", "cuda" or "cuda:N" → that
+    device, checked to exist here (DeviceError otherwise). A CUDA device always comes back with its index
+    (`cuda_device`), as `torch.cuda.set_device` and DistributedDataParallel need it."""
     if isinstance(device, torch.device):
-        return device
+        return cuda_device() if device.type == "cuda" and device.index is None else device
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return cuda_device() if torch.cuda.is_available() else torch.device("cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
         raise DeviceError("device", device, "not a device; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise DeviceError("device", device, "CUDA is not available here; use cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+    if dev.type == "cuda" and dev.index is None:
+        return cuda_device()
+    if dev.type == "cuda" and dev.index >= torch.cuda.device_count():
         raise DeviceError("device", device, f"only {torch.cuda.device_count()} CUDA device(s) here")
     return dev
+
+
+def cuda_device() -> torch.device:
+    """This process's CUDA device with its index: the local rank's under torchrun (LOCAL_RANK), else the current
+    one (cuda:0 unless a program chose another)."""
+    local_rank = os.environ.get("LOCAL_RANK")
+    index = int(local_rank) if local_rank is not None else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise DeviceError("device", f"cuda:{index}", f"LOCAL_RANK={index}, but only {torch.cuda.device_count()} "
+                                                     "CUDA device(s) here")
+    return torch.device("cuda", index)
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:

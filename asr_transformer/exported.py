@@ -25,6 +25,7 @@ from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict, max_o
 from asr_transformer.decode import Hypothesis
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import read_json
+from asr_transformer.threads import cpu_threads
 from asr_transformer.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 
 FORMAT, VERSION = "asr-export", 1  # as export.py writes them (that module imports torch)
@@ -199,7 +200,7 @@ class ExportedRecognizer:
     `transcribe`, word timestamps included).
 
     Args:
-        folder: the export. threads: CPU threads for onnxruntime (0: all cores).
+        folder: the export. threads: CPU threads for onnxruntime (0: OMP_NUM_THREADS when set, else all cores).
         options: DecodeConfig fields that override the export's decoding defaults (mode: one of EXPORTED_MODES).
     """
 
@@ -221,7 +222,7 @@ class ExportedRecognizer:
         self._check_mode(self.options.mode)
         self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])
         so = ort.SessionOptions()
-        self.threads = so.intra_op_num_threads = threads if threads > 0 else (os.cpu_count() or 1)
+        self.threads = so.intra_op_num_threads = cpu_threads(threads)
         so.log_severity_level = 3
         self.encoder = ort.InferenceSession(str(self.path / meta["files"]["encoder"]), so,
                                             providers=["CPUExecutionProvider"])

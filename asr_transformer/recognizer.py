@@ -24,6 +24,7 @@ import torch
 from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
 from asr_transformer.device import pick_device, synchronize
+from asr_transformer.threads import cpu_threads
 from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize, rescore,
                                            search_encoded, transcriber)
 from asr_transformer.model.asr import NoCTCError
@@ -36,7 +37,7 @@ class Recognizer:
 
     Args:
         package: a model package (`asr average`, `asr package`).
-        device: cpu, cuda, cuda:N or auto. threads: CPU threads for torch (0: all cores).
+        device: cpu, cuda, cuda:N or auto. threads: CPU threads for torch (0: OMP_NUM_THREADS when set, else all cores).
         precision: fp32 | bf16 | fp16 | int8 | auto (`package.load_package`).
         lm, word_lm: the token / word n-gram LM: None (default) the package's own, if it has one; True the
             package's, an error if it has none; False none; a path: that ARPA file (`asr lm`, `asr lm --words`).
@@ -49,9 +50,9 @@ class Recognizer:
     def __init__(self, package: str | os.PathLike, *, device: str = "auto", precision: str = "fp32",
                  threads: int = 0, lm: str | os.PathLike | bool | None = None,
                  word_lm: str | os.PathLike | bool | None = None, **options):
-        torch.set_num_threads(threads if threads > 0 else (os.cpu_count() or 1))
         self.path = Path(package)
         try:
+            torch.set_num_threads(cpu_threads(threads))
             self.device = pick_device(device)
             self.precision = check_precision(precision, self.device)
         except ValueError as e:  # DeviceError included

@@ -18,14 +18,19 @@ What it does, in one process (the trainer check in subprocesses):
    and cycled.
 2. Trains it `--steps` optimizer steps per precision (`--precisions`, default bf16 then fp16) from the same
    initial weights: ASRModel's forward and losses, Adam as train/trainer.py builds it (betas 0.9/0.98, eps 1e-9,
-   fused), autocast, a GradScaler for fp16, gradient clipping at train.clip_grad, the config's schedule and peak
-   lr but a warmup of a third of the steps (the config's 15000 would keep lr near 0 for the whole check).
+   fused), autocast, a GradScaler for fp16, gradient clipping at train.clip_grad, the trainer's step that skips
+   non-finite gradients on the device (no host sync per step), the config's schedule and peak lr but a warmup of
+   a third of the steps (the config's 15000 would keep lr near 0 for the whole check).
    Reported per precision: audio seconds per second and steps/s over the steps after `--warmup`, peak memory
-   (torch.cuda.max_memory_allocated), the first and final loss (mean of the last 10 steps), skipped steps.
-3. Runs the real trainer once: `torchrun --standalone --nproc_per_node N -m asr_transformer train` (N = `--nproc`,
-   1) with the LibriSpeech config for 2 epochs on a tiny generated corpus (tone-coded WAVs, a char tokenizer from
-   `asr tokenizer`), then `asr average` and `asr decode` on the same device: proves that the CLI's training
-   (torchrun, data loader workers, CMVN, checkpoints) and decoding paths start and finish.
+   (torch.cuda.max_memory_allocated), the first and final loss (mean of the last 10 steps), skipped steps, the
+   FLOPs of a step per audio second (torch's FlopCounterMode) and the model FLOP utilisation against the card's
+   dense peak (PEAK_TFLOPS; none for a card not in the table).
+3. Runs the real trainer once: `asr train` with the LibriSpeech config and the default device (auto) for 2
+   epochs on a generated WAV corpus of `--trainer-hours` (utterances of 2-10 s; words of tone-coded letters, a
+   char tokenizer from `asr tokenizer`), through the real loader (its workers, features, SpecAugment, speed
+   perturbation); `torchrun` with `--nproc` > 1. Then `asr average` and `asr decode` on the same device. Its
+   last epoch's audio seconds per second over the in-memory figure of the same precision is the share of the
+   GPU's time the trainer's input and bookkeeping leave to the model (`trainer_vs_model` in the JSON).
 4. Decodes `--decode-utts` generated utterances as one batch in every decoding mode with the weights trained
    in the first precision, with `asr_transformer.decode.search.recognize` (as bench/decode_speed.py does), the
    encoder in each of `--decode-precisions`. RTF = decoding wall time (encoder + search; torch.cuda.synchronize
@@ -148,6 +153,7 @@ def train_one(cfg, precision: str, batches: list[dict], args, dev) -> tuple[dict
     from asr_transformer.device import AUTOCAST_DTYPES
     from asr_transformer.model.asr import ASRModel
     from asr_transformer.train.schedule import learning_rate
+    from asr_transformer.train.trainer import step_unless_nonfinite
 
     tc = cfg.train
     torch.manual_seed(args.seed)
@@ -162,10 +168,11 @@ def train_one(cfg, precision: str, batches: list[dict], args, dev) -> tuple[dict
     dtype = AUTOCAST_DTYPES[precision]  # device.autocast's choice; its fp16 check is for CUDA only, hence direct
     warmup = max(1, args.steps // 3)
     warm = min(args.warmup, max(0, args.steps - 1))
-    losses, skipped, audio, start = [], 0, 0.0, None
+    losses, norms, audio, start = [], [], 0.0, None
     if dev.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(dev)
+    flops = step_flops(model, batches[0], dev, dtype)
     for step in range(args.steps):
         if step == warm:
             sync(dev)
@@ -174,38 +181,72 @@ def train_one(cfg, precision: str, batches: list[dict], args, dev) -> tuple[dict
         with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             out = model(b["feats"], b["feat_lens"], b["tokens"], b["token_lens"])
         loss = out["loss"].float()
-        value = float(loss.detach())  # one sync per step, as the trainer's isfinite check
         if step >= warm:
             audio += b["audio_seconds"]
-        if not math.isfinite(value):
-            skipped += 1
-            opt.zero_grad(set_to_none=True)
-            continue
-        losses.append(value)
+        losses.append(loss.detach())  # read after the loop: no host sync per step, as in the trainer
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad)
-        if torch.isfinite(norm):
-            for group in opt.param_groups:
-                group["lr"] = learning_rate(tc.schedule, step + 1, tc.lr, warmup, args.steps)
-            scaler.step(opt)
-        else:
-            skipped += 1
+        norms.append(norm.detach())
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(tc.schedule, step + 1, tc.lr, warmup, args.steps)
+        step_unless_nonfinite(opt, scaler, norm)
         scaler.update()
         opt.zero_grad(set_to_none=True)
     sync(dev)
     seconds = time.perf_counter() - start
     timed = args.steps - warm
+    skipped = sum(not math.isfinite(n) for n in torch.stack(norms).float().tolist())
+    losses = [v for v in torch.stack(losses).tolist() if math.isfinite(v)]
     tail = losses[-10:]
     row = {"precision": precision, "steps": args.steps, "timed_steps": timed, "params_M": round(model.count_parameters() / 1e6, 2),
            "audio_s_per_s": round(audio / seconds, 1), "steps_per_s": round(timed / seconds, 3),
            "first_loss": round(losses[0], 3) if losses else None,
            "final_loss": round(sum(tail) / len(tail), 3) if tail else None,
            "loss_fell": bool(tail and tail[-1] < losses[0] and sum(tail) / len(tail) < losses[0]),
-           "skipped_steps": skipped, "loss_scale": scaler.get_scale() if scaler.is_enabled() else None}
+           "skipped_steps": skipped, "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+           "flops_per_audio_second": round(flops / batches[0]["audio_seconds"])}
+    peak = peak_flops(dev, precision)
+    if peak:
+        row["mfu_percent"] = round(100 * row["audio_s_per_s"] * row["flops_per_audio_second"] / peak, 2)
     if dev.type == "cuda":
         row["peak_memory_MB"] = round(torch.cuda.max_memory_allocated(dev) / 2**20)
     return row, model
+
+
+# dense (no sparsity) tensor-core peaks in FLOP/s from the vendors' data sheets, by a part of the device's name
+PEAK_TFLOPS = {"H200": {"bf16": 989, "fp16": 989, "fp32": 67}, "H100": {"bf16": 989, "fp16": 989, "fp32": 67},
+               "A100": {"bf16": 312, "fp16": 312, "fp32": 19.5}, "L40S": {"bf16": 362, "fp16": 362, "fp32": 91.6},
+               "L4": {"bf16": 121, "fp16": 121, "fp32": 30.3}, "A10": {"bf16": 125, "fp16": 125, "fp32": 31.2},
+               "T4": {"fp16": 65, "fp32": 8.1}}
+
+
+def peak_flops(dev, precision: str) -> float | None:
+    """The GPU's peak FLOP/s in `precision` (PEAK_TFLOPS), or None for a CPU or a card not in the table."""
+    import torch
+
+    if dev.type != "cuda":
+        return None
+    name = torch.cuda.get_device_properties(dev).name
+    for part, peaks in PEAK_TFLOPS.items():
+        if part in name and precision in peaks:
+            return peaks[precision] * 1e12
+    return None
+
+
+def step_flops(model, batch: dict, dev, dtype) -> float:
+    """FLOPs of one training step (forward and backward) on `batch`, counted by torch's FlopCounterMode (matrix
+    products and convolutions; elementwise work is left out, as model FLOP utilisation counts it)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            out = model(batch["feats"], batch["feat_lens"], batch["tokens"], batch["token_lens"])
+        out["loss"].float().backward()
+    model.zero_grad(set_to_none=True)
+    return float(counter.get_total_flops())
 
 
 # ------------------------------------------------------------------------------------------- decoding
@@ -267,9 +308,9 @@ def decode_all(model, cfg, batch: dict, args, dev) -> list[dict]:
 # ------------------------------------------------------------------------------------------- the real trainer
 
 
-def tone_corpus(folder: Path, n_train: int, n_dev: int, seed: int) -> None:
-    """A tiny corpus: each letter of a short random text is an 80 ms tone of its own pitch (+ a little noise),
-    16 kHz WAVs, and train.jsonl / dev.jsonl manifests."""
+def tone_corpus(folder: Path, train_seconds: float, n_dev: int, min_s: float, max_s: float, seed: int) -> None:
+    """A generated corpus: utterances of `min_s`..`max_s` seconds, words of letters each an 80 ms tone of its own
+    pitch (+ a little noise), 16 kHz WAVs; train.jsonl holds `train_seconds` of them, dev.jsonl `n_dev`."""
     import numpy as np
     import soundfile
 
@@ -279,17 +320,23 @@ def tone_corpus(folder: Path, n_train: int, n_dev: int, seed: int) -> None:
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "kilo"]
     letters = "abcdefghijklmnopqrstuvwxyz "
     sr, hold = 16000, 1280  # 80 ms a letter
+    t = np.arange(hold) / sr
+    tones = {c: 0.3 * np.sin(2 * np.pi * (200 + 60 * letters.index(c)) * t) for c in letters}
     (folder / "wav").mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", n_train), ("dev", n_dev)):
-        utts = []
-        for i in range(n):
-            text = " ".join(rng.choice(words, size=int(rng.integers(2, 4))))
-            t = np.arange(hold) / sr
-            wave = np.concatenate([0.3 * np.sin(2 * np.pi * (200 + 60 * letters.index(c)) * t) for c in text])
+    for split in ("train", "dev"):
+        utts, total = [], 0.0
+        while (total < train_seconds) if split == "train" else (len(utts) < n_dev):
+            letters_wanted = int(rng.uniform(min_s, max_s) * sr / hold)
+            text = ""
+            while len(text) < letters_wanted:
+                text = (text + " " if text else "") + str(rng.choice(words))
+            wave = np.concatenate([tones[c] for c in text])
             wave = (wave + 0.01 * rng.standard_normal(wave.size)).astype(np.float32)
-            path = folder / "wav" / f"{split}{i:03d}.wav"
+            i = len(utts)
+            path = folder / "wav" / f"{split}{i:05d}.wav"
             soundfile.write(path, wave, sr, subtype="PCM_16")
-            utts.append(Utterance(f"{split}{i:03d}", str(path), round(wave.size / sr, 3), text, speaker=f"s{i % 2}"))
+            utts.append(Utterance(f"{split}{i:05d}", str(path), round(wave.size / sr, 3), text, speaker=f"s{i % 2}"))
+            total += wave.size / sr
         write_manifest(folder / f"{split}.jsonl", utts)
 
 
@@ -310,23 +357,33 @@ def run_cmd(cmd: list[str], timeout: float, env=None) -> dict:
 
 def trainer_check(args, work: Path) -> dict:
     data, exp = work / "data", work / "exp"
-    tone_corpus(data, 16, 4, args.seed)
+    t0 = time.perf_counter()
+    if args.small:
+        tone_corpus(data, 30, 4, 0.5, 1.5, args.seed)
+    else:
+        tone_corpus(data, args.trainer_hours * 3600, 40, 2.0, 10.0, args.seed)
+    from asr_transformer.data.manifest import read_manifest
+
+    result = {"corpus_hours": round(sum(u.duration for u in read_manifest(data / "train.jsonl")) / 3600, 3),
+              "corpus_seconds_to_make": round(time.perf_counter() - t0, 1)}
     py = [sys.executable, "-m", "asr_transformer"]
     torchrun = Path(sys.executable).with_name("torchrun")
     launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
-    result = {"tokenizer": run_cmd(py + ["tokenizer", str(data / "train.jsonl"), "--out", str(data / "tokenizer"),
-                                         "--model-type", "char"], 300)}
+    result["tokenizer"] = run_cmd(py + ["tokenizer", str(data / "train.jsonl"), "--out", str(data / "tokenizer"),
+                                        "--model-type", "char"], 300)
     if result["tokenizer"]["rc"]:
         return result
     overrides = ["train.max_epochs=2", "train.warmup_steps=4", "data.max_frames=1000"]
     if args.small:
         overrides += ["model.preset=tiny", "data.num_workers=0"]
-    cmd = launcher + ["--standalone", "--nproc_per_node", str(args.nproc), "-m", "asr_transformer", "train",
-                      "--data", str(data), "--exp", str(exp), "--config", str(CONFIG), "--device", args.device]
-    cmd += ["--threads", "1"] if args.device == "cpu" else []
+    # one process: `asr train` as a user types it, with the default device (auto: this process's GPU)
+    cmd = py if args.nproc == 1 else launcher + ["--standalone", "--nproc_per_node", str(args.nproc), "-m",
+                                                 "asr_transformer"]
+    cmd = cmd + ["train", "--data", str(data), "--exp", str(exp), "--config", str(CONFIG)]
+    cmd += ["--device", "cpu", "--threads", "1"] if args.device == "cpu" else []
     for o in overrides:
         cmd += ["--set", o]
-    result["torchrun_train"] = train = run_cmd(cmd, args.trainer_timeout)
+    result["train"] = train = run_cmd(cmd, args.trainer_timeout)
     log = exp / "train_log.jsonl"
     if log.exists():
         records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
@@ -334,7 +391,7 @@ def trainer_check(args, work: Path) -> dict:
         if records:
             last = records[-1]
             train.update({k: last[k] for k in ("precision", "train_loss", "valid_loss", "audio_seconds_per_second",
-                                                "skipped_steps") if k in last})
+                                                "skipped_steps", "epoch_seconds") if k in last})
     if train["rc"] or not train.get("epochs"):
         return result
     result["average"] = run_cmd(py + ["average", str(exp), "--out", str(exp / "model.pt"), "--last", "1"], 300)
@@ -380,9 +437,10 @@ def main() -> None:
     p.add_argument("--decode-precisions", default="fp32,bf16", help="encoder precisions of the decoding runs")
     p.add_argument("--decode-utts", type=int, default=16, help="utterances decoded (one batch)")
     p.add_argument("--repeats", type=int, default=3, help="timed decoding passes; RTF is their median")
-    p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) of the torchrun trainer check")
-    p.add_argument("--trainer-timeout", type=float, default=300.0, help="seconds allowed to the torchrun run")
-    p.add_argument("--skip-trainer", action="store_true", help="leave out the torchrun trainer check")
+    p.add_argument("--nproc", type=int, default=1, help="processes (GPUs) of the trainer check (> 1: torchrun)")
+    p.add_argument("--trainer-hours", type=float, default=3.0, help="hours of generated WAVs the trainer trains on")
+    p.add_argument("--trainer-timeout", type=float, default=600.0, help="seconds allowed to `asr train`")
+    p.add_argument("--skip-trainer", action="store_true", help="leave out the trainer check")
     p.add_argument("--workdir", help="where the trainer check writes its corpus and experiment (default: a "
                    "temporary folder, removed at the end)")
     p.add_argument("--seed", type=int, default=0)
@@ -397,8 +455,6 @@ def main() -> None:
         dev = pick_device(args.device)
     except DeviceError as e:
         sys.exit(f"gpu_check: {e}")
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
     if dev.type == "cpu" and not args.small:
         print("note: the full-size check on a CPU takes hours; use --small for a smoke test", file=sys.stderr)
     if args.small:
@@ -458,7 +514,7 @@ def main() -> None:
         if dev.type == "cuda":
             torch.cuda.empty_cache()
 
-    # 3: the real trainer under torchrun, then `asr average` and `asr decode`
+    # 3: the real trainer (`asr train`, torchrun with --nproc > 1), then `asr average` and `asr decode`
     if not args.skip_trainer:
         work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu_check_"))
         try:
@@ -471,8 +527,9 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
         tr = results["trainer"]
         results["failures"] += [f"trainer: {k}" for k, v in tr.items() if k == "error" or (isinstance(v, dict) and v.get("rc"))]
-        if "torchrun_train" in tr and not tr["torchrun_train"].get("rc") and tr["torchrun_train"].get("epochs", 0) < 2:
+        if "train" in tr and not tr["train"].get("rc") and tr["train"].get("epochs", 0) < 2:
             results["failures"].append("trainer: fewer than 2 epochs logged")
+        results["trainer_vs_model"] = trainer_ratio(results)
 
     print_table(results)
     out = args.json or (str(ROOT / "bench/gpu_check.json") if dev.type == "cuda" else None)
@@ -503,10 +560,27 @@ def print_table(results: dict) -> None:
     tr = results.get("trainer")
     if tr:
         parts = [f"{k} rc {v['rc']} ({v['seconds']} s)" for k, v in tr.items() if isinstance(v, dict) and "rc" in v]
-        t = tr.get("torchrun_train", {})
+        t = tr.get("train", {})
         if t.get("epochs"):
             parts.append(f"{t['epochs']} epochs, {t.get('precision')}, train_loss {t.get('train_loss', 0):.3f}")
         print("trainer: " + ("; ".join(parts) if parts else tr.get("error", "")))
+    ratio = results.get("trainer_vs_model")
+    if ratio:
+        print(f"the real trainer (epoch 2, {ratio['precision']}): {ratio['trainer_audio_s_per_s']} audio s/s = "
+              f"{ratio['ratio']:.2f} × the in-memory model step ({ratio['model_audio_s_per_s']} audio s/s)"
+              + (f"; model FLOP utilisation {ratio['model_mfu_percent']} %" if ratio.get("model_mfu_percent") else ""))
+
+
+def trainer_ratio(results: dict) -> dict | None:
+    """The real trainer's speed (its last epoch) over the in-memory loop's in the same precision."""
+    train = results.get("trainer", {}).get("train", {})
+    rows = {r["precision"]: r for r in results["training"] if "error" not in r}
+    model = rows.get(train.get("precision"))
+    if not model or not train.get("audio_seconds_per_second"):
+        return None
+    return {"precision": train["precision"], "trainer_audio_s_per_s": train["audio_seconds_per_second"],
+            "model_audio_s_per_s": model["audio_s_per_s"], "model_mfu_percent": model.get("mfu_percent"),
+            "ratio": round(train["audio_seconds_per_second"] / model["audio_s_per_s"], 3)}
 
 
 if __name__ == "__main__":

@@ -227,6 +227,25 @@ def test_non_finite_loss_skips_the_step(tone_corpus, tmp_path, monkeypatch):
         assert torch.isfinite(value.float()).all()
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_non_finite_gradient_norm_leaves_weights_and_moments_as_they_were(fused):
+    from asr_transformer.train.trainer import step_unless_nonfinite
+
+    w = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.Adam([w], lr=0.1, fused=fused)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    w.grad = torch.full((4,), 0.5)
+    step_unless_nonfinite(opt, scaler, torch.nn.utils.clip_grad_norm_([w], 1.0))
+    before = (w.detach().clone(), {k: v.clone() for k, v in opt.state[w].items()})
+    w.grad = torch.tensor([1.0, float("nan"), 0.0, 0.0])
+    step_unless_nonfinite(opt, scaler, torch.nn.utils.clip_grad_norm_([w], 1.0))
+    assert torch.equal(w.detach(), before[0])
+    assert all(torch.equal(opt.state[w][k], v) for k, v in before[1].items())  # the step count too
+    w.grad = torch.full((4,), 0.5)
+    step_unless_nonfinite(opt, scaler, torch.nn.utils.clip_grad_norm_([w], 1.0))
+    assert not torch.equal(w.detach(), before[0]) and float(opt.state[w]["step"]) == 2
+
+
 def test_average_packages_the_best_checkpoints(tone_corpus, tmp_path):
     run(tone_corpus, tmp_path / "exp", ["train.max_epochs=3", "train.keep_best=2"])
     kept = sorted(p.name for p in (tmp_path / "exp/checkpoints").glob("epoch_*.pt"))

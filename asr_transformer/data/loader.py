@@ -108,10 +108,18 @@ class Batch:
     speaker_mean: torch.Tensor | None = None  # (B, F) float32: each utterance's speaker's mean log-mel (speaker_cmn)
     unreadable: list[Unreadable] = field(default_factory=list)  # the sampler's utterances left out of this batch
 
-    def to(self, device) -> "Batch":
-        mean = None if self.speaker_mean is None else self.speaker_mean.to(device)
-        return Batch(self.ids, self.feats.to(device), self.feat_lens.to(device), self.tokens.to(device),
-                     self.token_lens.to(device), self.texts, mean, self.unreadable)
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        """The batch's tensors on `device`; `non_blocking` copies from pinned memory without waiting for them."""
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Batch":
+        """The batch in page-locked memory (DataLoader's pin_memory=True calls it), so copies to a GPU overlap."""
+        return self._map(torch.Tensor.pin_memory)
+
+    def _map(self, f) -> "Batch":
+        mean = None if self.speaker_mean is None else f(self.speaker_mean)
+        return Batch(self.ids, f(self.feats), f(self.feat_lens), f(self.tokens), f(self.token_lens), self.texts, mean,
+                     self.unreadable)
 
     @property
     def frames(self) -> int:
@@ -371,13 +379,14 @@ class FrameBatchSampler(torch.utils.data.Sampler):
 
 
 def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0,
-                placeholders: bool = False) -> "SkippingLoader":
+                placeholders: bool = False, pin_memory: bool = False) -> "SkippingLoader":
+    """Batches from `num_workers` processes (0: this one); `pin_memory` for a trainer on a GPU."""
     # A private generator: creating an iterator must not draw from the global RNG, or a resumed
     # run (which creates one mid-epoch) would see different dropout masks than an uninterrupted one.
     return SkippingLoader(torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
         worker_init_fn=_single_thread if num_workers else None, persistent_workers=False,
-        generator=torch.Generator(),
+        generator=torch.Generator(), pin_memory=pin_memory,
     ), placeholders)
 
 

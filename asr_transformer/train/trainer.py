@@ -37,6 +37,7 @@ from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
 from asr_transformer.data.tokenizer import Tokenizer, load_tokenizer, model_options
 from asr_transformer.device import DeviceError, autocast, autocast_dtype, pick_device
+from asr_transformer.threads import cpu_threads
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import atomic_open, write_json
 from asr_transformer.model.asr import ASRModel
@@ -56,8 +57,8 @@ class Progress:
 
     epoch: int = 0  # current epoch (0-based)
     batch: int = 0  # batches of this epoch already consumed
-    step: int = 0  # optimizer steps taken
-    skipped: int = 0  # steps skipped for non-finite loss or gradients
+    step: int = 0  # optimizer steps taken (a skipped one included: the schedule moves on)
+    skipped: int = 0  # steps that left the weights as they were, for a non-finite loss or gradient
     elapsed: float = 0.0  # training seconds so far
     epoch_loss: float = 0.0  # sum of this epoch's finite batch losses ...
     epoch_batches: int = 0  # ... and their count
@@ -286,6 +287,10 @@ class _Epoch:
     micro: int = 0  # micro-batches accumulated since the last optimizer step
     frames_done: int = 0  # feature frames trained on in this call
     last_norm: float | None = None  # the last finite gradient norm
+    shown: float = 0.0  # time.monotonic() when the progress bar's line was last written
+    # on the device, read by `_flush` every train.log_interval steps, not every batch (a read waits for the GPU)
+    losses: list = field(default_factory=list)  # each batch's loss (0-d tensors)
+    norms: list = field(default_factory=list)  # each optimizer step's gradient norm (non-finite: skipped)
 
 
 def _train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, device: str, threads: int,
@@ -328,13 +333,7 @@ def _setup(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
            force: bool) -> _Run:
     """Device, processes, tokenizer, the experiment folder and its CMVN, data, model, optimizer, and the state
     of last.pt when resuming: everything before the first epoch, in the order that fixes the random draws."""
-    dev = pick_device(device)
-    dist = _Distributed(dev)
-    if dev.type == "cuda" and dist.world > 1:
-        dev = torch.device("cuda", dist.local_rank)
-    if dev.type == "cuda":  # this process's GPU for everything without an explicit device (NCCL's barrier too)
-        torch.cuda.set_device(dev)
-    torch.set_num_threads(threads or os.cpu_count() or 1)
+    dev, dist = _place(device, threads)
     tokenizer = load_tokenizer(tokenizer_dir)
     for key, value in model_options(tokenizer).items():  # vocab_size; Whisper's prompt and suppressed ids
         setattr(cfg.model, key, value)
@@ -355,6 +354,23 @@ def _setup(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
             run.model, device_ids=[dev.index] if dev.type == "cuda" else None,
             find_unused_parameters=cfg.model.ctc_weight in (0.0, 1.0) or cfg.train.mask_ctc)
     return run
+
+
+def _place(device: str, threads: int) -> tuple[torch.device, _Distributed]:
+    """This process's device (a CUDA device with its index: the local rank's under torchrun), made the current
+    one, its process group, and torch's CPU threads (`cpu_threads`). TrainError for a device or thread count
+    that cannot run here."""
+    try:
+        torch.set_num_threads(cpu_threads(threads))
+        dev = pick_device(device)
+    except ValueError as e:  # DeviceError, ThreadsError
+        raise TrainError(str(e)) from None
+    dist = _Distributed(dev)
+    if dev.type == "cuda" and dist.world > 1:  # one GPU per process, whatever --device named
+        dev = torch.device("cuda", dist.local_rank)
+    if dev.type == "cuda":  # this process's GPU for everything without an explicit device (NCCL's barrier too)
+        torch.cuda.set_device(dev)
+    return dev, dist
 
 
 def _start_experiment(run: _Run, train_manifest, dev_manifest, tokenizer_dir, force: bool) -> tuple:
@@ -403,12 +419,13 @@ def _load_data(run: _Run, train_manifest, dev_manifest) -> None:
         unlabelled = sum(u.speaker == UNKNOWN_SPEAKER for u in train_utts)
         say(f"speaker CMN: each of {len(speakers)} training speakers' mean"
             + (f"; {unlabelled} utterances without a speaker label use their own" if unlabelled else ""))
-    run.train_loader = make_loader(train_set, run.sampler, cfg.data.num_workers, placeholders=True)
+    pin = run.dev.type == "cuda"
+    run.train_loader = make_loader(train_set, run.sampler, cfg.data.num_workers, placeholders=True, pin_memory=pin)
     dev_sampler = FrameBatchSampler(utterance_frames(dev_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
                                     shuffle=False)
     dev_set = UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features, cache_audio=cfg.data.cache_audio,
                                speaker_cmn=cfg.model.speaker_cmn)
-    run.dev_loader = make_loader(dev_set, dev_sampler, cfg.data.num_workers)
+    run.dev_loader = make_loader(dev_set, dev_sampler, cfg.data.num_workers, pin_memory=pin)
 
 
 def _freeze(model: ASRModel, prefixes: list[str], say) -> list[torch.nn.Parameter]:
@@ -496,23 +513,26 @@ def run_epoch(run: _Run) -> _Epoch | None:
             if batch is None:  # none of its audio could be read (warned): counted, so a resume starts
                 state.batch += 1  # at the sampler's next batch
                 continue
-            batch = batch.to(run.dev)
-            loss, finite = _train_step(run, epoch, batch)
+            epoch.frames_done += batch.frames  # read on the host, before the copy
+            stepped = _train_step(run, epoch, batch.to(run.dev, non_blocking=True))
             state.batch += 1
             run.batches_run += 1
-            epoch.frames_done += batch.frames
-            if finite:
-                state.epoch_loss += float(loss.detach())
-                state.epoch_batches += 1
-            _report_batch(run, epoch, bar, task, loss, finite)
+            bar.update(task, advance=1)
+            if stepped and (state.step % run.cfg.train.log_interval == 0 or time.monotonic() - epoch.shown > 2):
+                _report(run, epoch, bar, task, tensorboard=state.step % run.cfg.train.log_interval == 0)
             if _save_or_stop(run, epoch):
                 return None
+    _flush(run, epoch)
     return epoch
 
 
-def _train_step(run: _Run, epoch: _Epoch, batch) -> tuple[torch.Tensor, bool]:
+def _train_step(run: _Run, epoch: _Epoch, batch) -> bool:
     """Forward and backward one batch; at the end of an accumulation, clip, set the learning rate and step the
-    optimizer (a non-finite loss or gradient norm skips the step). → (the batch's loss, whether it is finite)."""
+    optimizer. → whether the optimizer stepped.
+
+    Nothing here waits for the GPU: the loss and the gradient norm stay on the device (`_flush` reads them), and
+    a non-finite gradient norm (from a non-finite loss too) makes the fused optimizer leave the weights and its
+    moments as they were (its `found_inf`, as GradScaler uses it), on every rank alike."""
     state, tc, optimizer, scaler = run.state, run.cfg.train, run.optimizer, run.scaler
     prob = tc.scheduled_sampling * min(1.0, state.step / max(1, epoch.total_steps))
     boundary = (epoch.micro + 1) % tc.accum_grad == 0 or state.batch + 1 == epoch.n_batches
@@ -522,43 +542,75 @@ def _train_step(run: _Run, epoch: _Epoch, batch) -> tuple[torch.Tensor, bool]:
             out = run.ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
                           sampling_prob=prob, mask_ctc=tc.mask_ctc, speaker_mean=batch.speaker_mean)
         loss = out["loss"].float()
-        finite = bool(torch.isfinite(loss))
-        if finite:
-            scaler.scale(loss / tc.accum_grad).backward()
+        scaler.scale(loss / tc.accum_grad).backward()
+    epoch.losses.append(loss.detach())
     epoch.micro += 1
-    if not finite:
-        state.skipped += 1
-        optimizer.zero_grad(set_to_none=True)
-        epoch.micro = 0
-    elif boundary:
-        scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.clip_grad)
-        if torch.isfinite(norm):
-            epoch.last_norm = float(norm)
-            state.norm_sum += epoch.last_norm
+    if not boundary:
+        return False
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), tc.clip_grad)
+    epoch.norms.append(norm.detach())
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(tc.schedule, state.step + 1, tc.lr, run.warmup, epoch.total_steps)
+    step_unless_nonfinite(optimizer, scaler, norm)
+    state.step += 1
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    epoch.micro = 0
+    return True
+
+
+def step_unless_nonfinite(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                           norm: torch.Tensor) -> None:
+    """Step the optimizer unless `norm` is not finite, without reading it on the host where the optimizer can
+    skip on the device (fused: its `found_inf`); fp16's GradScaler skips on its own overflow check."""
+    if scaler.is_enabled():
+        scaler.step(optimizer)
+    elif optimizer.defaults.get("fused"):
+        optimizer.grad_scale, optimizer.found_inf = None, (~torch.isfinite(norm)).float()
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.grad_scale, optimizer.found_inf
+    elif torch.isfinite(norm):
+        optimizer.step()
+
+
+def _flush(run: _Run, epoch: _Epoch) -> None:
+    """Add the losses and gradient norms held on the device to where training stands (one read, in the order
+    they came, so that the sums do not depend on when it runs: a resumed run logs what an uninterrupted one does)."""
+    state, clip = run.state, run.cfg.train.clip_grad
+    losses = torch.stack(epoch.losses).tolist() if epoch.losses else []
+    norms = torch.stack(epoch.norms).float().tolist() if epoch.norms else []
+    epoch.losses, epoch.norms = [], []
+    for loss in losses:
+        if math.isfinite(loss):
+            state.epoch_loss += loss
+            state.epoch_batches += 1
+    for norm in norms:
+        if math.isfinite(norm):
+            epoch.last_norm = norm
+            state.norm_sum += norm
             state.norm_count += 1
-            state.clipped += epoch.last_norm > tc.clip_grad
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(tc.schedule, state.step + 1, tc.lr, run.warmup, epoch.total_steps)
-            scaler.step(optimizer)
-            state.step += 1
+            state.clipped += norm > clip
         else:
             state.skipped += 1
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        epoch.micro = 0
-    return loss, finite
 
 
-def _report_batch(run: _Run, epoch: _Epoch, bar, task, loss: torch.Tensor, finite: bool) -> None:
-    """The progress bar's line, and TensorBoard's training curves every train.log_interval steps."""
+def _report(run: _Run, epoch: _Epoch, bar, task, tensorboard: bool) -> None:
+    """The progress bar's line (every few seconds), and TensorBoard's training curves (every train.log_interval
+    steps: the mean loss since the last ones)."""
     state = run.state
+    epoch.shown = time.monotonic()
+    before = (state.epoch_loss, state.epoch_batches)
+    _flush(run, epoch)
     rate = epoch.frames_done / max(1e-9, time.monotonic() - epoch.started)
     lr = run.optimizer.param_groups[0]["lr"]
-    bar.update(task, advance=1, info=f"loss {state.epoch_loss / max(1, state.epoch_batches):.3f} lr {lr:.2e} "
-                                     f"{rate * run.cfg.features.frame_shift_ms / 1000:.0f} s/s")
-    if run.writer is not None and state.step % run.cfg.train.log_interval == 0 and finite:
-        run.writer.add_scalar("train/loss", float(loss), state.step)
+    bar.update(task, info=f"loss {state.epoch_loss / max(1, state.epoch_batches):.3f} lr {lr:.2e} "
+                          f"{rate * run.cfg.features.frame_shift_ms / 1000:.0f} s/s")
+    new_batches = state.epoch_batches - before[1]
+    if tensorboard and run.writer is not None and new_batches:
+        run.writer.add_scalar("train/loss", (state.epoch_loss - before[0]) / new_batches, state.step)
         run.writer.add_scalar("train/lr", lr, state.step)
         if epoch.last_norm is not None:
             run.writer.add_scalar("train/grad_norm", epoch.last_norm, state.step)
@@ -572,6 +624,7 @@ def _save_or_stop(run: _Run, epoch: _Epoch) -> bool:
     interrupted = run.stop_signal is not None or (
         run.stop_after_batches is not None and run.batches_run >= run.stop_after_batches)
     if at_boundary and (due or interrupted) and state.batch < epoch.n_batches:
+        _flush(run, epoch)
         state.elapsed = epoch.elapsed_before + time.monotonic() - epoch.started
         run.save_last()
     if interrupted and at_boundary:
