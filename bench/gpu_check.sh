@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# GPU readiness check: trains the LibriSpeech-100 model on generated data in bf16 and fp16,
-# runs the real trainer under torchrun, and decodes in every mode on CUDA (bench/gpu_check.py says how and what).
+# GPU readiness check: trains the LibriSpeech-100 model on generated data in bf16 and fp16 (in memory: the
+# model's own speed), runs the real trainer (`asr train`, default device, 3 h of generated WAVs) and prints its
+# speed over the model's, and decodes in every mode on CUDA (bench/gpu_check.py says how and what).
 #
 #     bash bench/gpu_check.sh                      # ≈ 10 min on one GPU → bench/gpu_check.json
+#     python recipes/results.py recipes/synthetic/exp/small --update --bench bench   # → RESULTS.md's GPU table
 #     bash bench/gpu_check.sh --steps 100 --json gpu.json   # options go to bench/gpu_check.py
 #
 # Without a usable GPU it says so in one line and exits with status 2 (CPU smoke test instead:

@@ -400,7 +400,30 @@ def benchmarks_section(bench: Path) -> str:
                 lines.append(f"| {label} | {on['audio_seconds']:.1f} | {off['rtf']:.3f} | {on['rtf']:.3f} | "
                              f"{on['rtf_vs_in_domain']:.2f} | {off['per_audio_second']['ctc_terms']:,.0f} → "
                              f"{on['per_audio_second']['ctc_terms']:,.0f} |")
+    lines += gpu_table(_load(bench / "gpu_check.json"))
     return "\n".join(lines) + "\n"
+
+
+def gpu_table(check: dict | None) -> list[str]:
+    """Training speed on a GPU from `bash bench/gpu_check.sh`: the in-memory model step per precision and the real
+    trainer (`asr train`, default device, the real loader), with their ratio."""
+    if not check or "gpu" not in check.get("environment", {}):
+        return []
+    env, ratio = check["environment"], check.get("trainer_vs_model") or {}
+    lines = ["", f"### Training on a GPU ({env['gpu']}, torch {env['torch']})", "",
+             f"`{check['command']}`: the model of `{check['config']}` (vocabulary {check['model']['vocab']}).", "",
+             "| loop | precision | audio s/s | steps/s | model FLOP utilisation % | peak GPU memory MB |",
+             "|---|---|---|---|---|---|"]
+    for row in check["training"]:
+        if "error" not in row:
+            lines.append(f"| in-memory batches | {row['precision']} | {row['audio_s_per_s']:,.0f} | {row['steps_per_s']} | "
+                         f"{row.get('mfu_percent', '-')} | {row.get('peak_memory_MB', '-')} |")
+    train = check.get("trainer", {}).get("train", {})
+    if ratio:
+        lines.append(f"| `asr train` on {check['trainer'].get('corpus_hours', '?')} h of WAVs (epoch {train.get('epochs')}) | "
+                     f"{ratio['precision']} | {ratio['trainer_audio_s_per_s']:,.0f} | - | - | - |")
+        lines += ["", f"The real trainer runs at {ratio['ratio']:.2f} × the in-memory step's speed."]
+    return lines
 
 
 SECTION_HEADING = re.compile(r"^## (\S+): `(.+)`$", re.MULTILINE)  # as `section` writes it
