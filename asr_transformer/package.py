@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from asr_transformer.checkpoint_io import CheckpointError, SignatureError, load_checkpoint, save_checkpoint
-from asr_transformer.config import Config, DecodeConfig, from_dict, to_dict, validate
+from asr_transformer.config import CTC_MODES, Config, DecodeConfig, fit_decoding, from_dict, to_dict, validate
 from asr_transformer.data.tokenizer import Tokenizer, tokenizer_from_bytes
 from asr_transformer.fileio import read_json
 
@@ -47,7 +47,9 @@ def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, wei
     """Write config + tokenizer (model bytes as a uint8 tensor) + weights [+ LMs] into one file, atomically.
 
     lms: {"lm" | "word_lm": {"arpa_gz": uint8 tensor (`decode.ngram.pack_arpa`), "name": the ARPA file's name,
-    "order": n, "ngrams": [count per order]}}."""
+    "order": n, "ngrams": [count per order]}}. Decoding defaults the model cannot run are fitted to it
+    (`config.fit_decoding`: attention beam search without a CTC head)."""
+    fit_decoding(cfg)
     save_checkpoint(path, {
         "config": to_dict(cfg),
         "tokenizer_model": torch.frombuffer(bytearray(tokenizer.model_bytes), dtype=torch.uint8),
@@ -90,6 +92,7 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     precision = check_precision(precision, device)
     state = state if state is not None else read_package(path)
     cfg = from_dict(state["config"], f"{path}:config")
+    fit_decoding(cfg)  # a package written before the defaults were fitted to the model
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     try:
         model = ASRModel(cfg.model)
@@ -180,6 +183,8 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
         if key not in known:
             raise ValueError(f"unknown decoding option '{key}' (known: {', '.join(sorted(known))})")
         setattr(cfg.decode, key, value)
+    if not cfg.model.ctc and (options or {}).get("mode") in CTC_MODES:
+        raise ValueError(f"mode {options['mode']} needs a CTC head, which this model has not: use beam or greedy")
     validate(cfg, "the decoding options")
     stored = dict(state.get("lms") or {})
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])

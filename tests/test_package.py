@@ -266,3 +266,33 @@ def test_a_config_out_of_step_with_the_weights_is_refused(tiny_package, tmp_path
         load_package(tmp_path / "heads.pt")
     result = CliRunner().invoke(app, ["info", str(tmp_path / "heads.pt")])
     assert result.exit_code == 1 and "model.heads=3" in result.output and "Traceback" not in result.output
+
+
+def test_every_kind_of_package_decodes_with_its_own_defaults(tiny_package, tmp_path):
+    """A model without a CTC head (an imported or fine-tuned Whisper) gets attention beam search where its config
+    names a CTC mode (the default joint), when written and when an older package is read; a CTC mode asked for
+    explicitly is refused in one line."""
+    from asr_transformer.config import PRESETS, Config, ModelConfig
+    from asr_transformer.data.tokenizer import load_tokenizer
+    from asr_transformer.model.asr import ASRModel
+    from asr_transformer.package import load_package, read_package, save_package, set_decoding
+    from asr_transformer.recognizer import Recognizer
+
+    tok = load_tokenizer(tiny_package / "tok")
+    cfg = Config()
+    cfg.model = ModelConfig(input_dim=cfg.features.num_mel_bins, vocab_size=tok.vocab_size, ctc=False,
+                            ctc_weight=0.0, **PRESETS["tiny"])
+    assert cfg.decode.mode == "joint"
+    torch.manual_seed(0)
+    save_package(tmp_path / "no_ctc.pt", cfg, tok, ASRModel(cfg.model).state_dict())
+    assert read_package(tmp_path / "no_ctc.pt")["config"]["decode"]["mode"] == "beam"
+    state = read_package(tmp_path / "no_ctc.pt")
+    state["config"]["decode"]["mode"] = "joint"  # as written before the defaults were fitted
+    assert load_package(tmp_path / "no_ctc.pt", state=state)[2].decode.mode == "beam"
+    wave = np.random.default_rng(0).standard_normal(8000).astype(np.float32) * 0.1
+    for package in (tiny_package / "model.pt", tmp_path / "no_ctc.pt"):
+        texts = Recognizer(package, threads=1).recognize_arrays([wave])
+        assert len(texts) == 1 and isinstance(texts[0], str)
+    with pytest.raises(ValueError, match="mode joint needs a CTC head"):
+        set_decoding(tmp_path / "no_ctc.pt", tmp_path / "out.pt", {"mode": "joint"})
+    assert not (tmp_path / "out.pt").exists()
