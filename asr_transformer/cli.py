@@ -459,8 +459,28 @@ SPLIT_SECONDS = typer.Option(None, help="joint: search longer utterances in piec
                              "default: the package's).")
 LEFT_CHUNKS = typer.Option(None, "--left-chunks", help="With --chunk-ms: the chunks before each that it attends to "
                            "(-1: all; default: the package's).")
+HOTWORDS = typer.Option(None, "--hotwords", help="A file of phrases to favour (names, terms), one a line, "
+                        "optionally followed by a tab and a bonus per token: phrase<TAB>score. beam, joint, ctc_beam "
+                        "and rescore take them (default: the package's list).")
+HOTWORD = typer.Option([], "--hotword", help="A phrase to favour, PHRASE or PHRASE:SCORE; repeatable, and added to "
+                       "--hotwords' list.")
+HOTWORD_SCORE = typer.Option(None, help="Bonus per token of a listed phrase whose line gives none (log-probability; "
+                             "default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
 PRECISION = typer.Option("fp32", help=PRECISION_HELP)
+
+
+def _hotwords(path: Optional[Path], phrases: List[str]) -> Optional[list]:
+    """--hotwords FILE and --hotword PHRASE[:SCORE] → the list of entries, or None when neither is given (the
+    package's list stays); errors are one line naming the file and line or the option."""
+    from asr_transformer.decode.hotwords import HotwordError, parse_option, read_hotwords
+
+    if path is None and not phrases:
+        return None
+    try:
+        return (read_hotwords(path) if path is not None else []) + [parse_option(p) for p in phrases]
+    except HotwordError as e:
+        _fail(str(e))
 
 
 def _recognizer(model: Path, device: str, threads: int, precision: str, lm: Optional[Path], word_lm: Optional[Path],
@@ -537,6 +557,9 @@ def decode(
     beam_threshold: Optional[float] = BEAM_THRESHOLD,
     end_detect: Optional[float] = END_DETECT,
     split_seconds: Optional[float] = SPLIT_SECONDS,
+    hotwords: Optional[Path] = HOTWORDS,
+    hotword: List[str] = HOTWORD,
+    hotword_score: Optional[float] = HOTWORD_SCORE,
     device: str = DEVICE,
     threads: int = THREADS,
     precision: str = PRECISION,
@@ -561,7 +584,8 @@ def decode(
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold,
                       lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size,
                       chunk_ms=chunk_ms, left_chunks=left_chunks, ctc_window=ctc_window,
-                      beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds)
+                      beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds,
+                      hotwords=_hotwords(hotwords, hotword), hotword_score=hotword_score)
     rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
 
 
@@ -582,6 +606,10 @@ def package_(
     word_lm_weight: Optional[float] = WORD_LM_WEIGHT,
     no_lm: bool = typer.Option(False, "--no-lm", help="Remove the LMs the package holds."),
     batch_size: Optional[int] = BATCH_SIZE,
+    hotwords: Optional[Path] = typer.Option(None, "--hotwords", help="A file of phrases to favour (phrase<TAB>score "
+                                            "lines) to store as the package's list; an empty file removes it."),
+    hotword: List[str] = HOTWORD,
+    hotword_score: Optional[float] = HOTWORD_SCORE,
     result: List[str] = typer.Option([], help="NAME=DIR: record the result of a decoding of this package (a folder "
                                      "with result.json and rtf.json, e.g. dev=exp/decode_dev); repeatable."),
     sign: bool = typer.Option(False, "--sign", help="Sign OUT with the key in ASR_PACKAGE_KEY, accepting MODEL "
@@ -597,7 +625,9 @@ def package_(
     options = {k: v for k, v in dict(mode=mode, beam=beam, ctc_weight=ctc_weight, length_penalty=length_penalty,
                                      max_len_ratio=max_len_ratio, maskctc_iterations=maskctc_iterations,
                                      maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
-                                     word_lm_weight=word_lm_weight, batch_size=batch_size).items() if v is not None}
+                                     word_lm_weight=word_lm_weight, batch_size=batch_size,
+                                     hotwords=_hotwords(hotwords, hotword),
+                                     hotword_score=hotword_score).items() if v is not None}
     if no_lm and (lm is not None or word_lm is not None):
         _fail("--no-lm and --lm/--word-lm: choose one")
     lms = dict.fromkeys(LM_KINDS) if no_lm else {k: v for k, v in (("lm", lm), ("word_lm", word_lm)) if v is not None}
@@ -741,6 +771,9 @@ def transcribe(
     beam_threshold: Optional[float] = BEAM_THRESHOLD,
     end_detect: Optional[float] = END_DETECT,
     split_seconds: Optional[float] = SPLIT_SECONDS,
+    hotwords: Optional[Path] = HOTWORDS,
+    hotword: List[str] = HOTWORD,
+    hotword_score: Optional[float] = HOTWORD_SCORE,
     realtime: bool = typer.Option(False, "--realtime", help="--stream: feed a file no faster than it plays."),
     raw_rate: int = typer.Option(0, "--raw-rate", help="--stream: stdin is headerless 16-bit mono PCM at this "
                                  "sample rate (Hz) instead of WAV."),
@@ -761,7 +794,8 @@ def transcribe(
                       maskctc_iterations=maskctc_iterations, maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
                       word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1,
                       chunk_ms=None if stream else chunk_ms, left_chunks=left_chunks, ctc_window=ctc_window,
-                      beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds)
+                      beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds,
+                      hotwords=_hotwords(hotwords, hotword), hotword_score=hotword_score)
     if stream:
         _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate, mode or "rescore")
         return

@@ -174,6 +174,10 @@ class DecodeConfig:
     # each chunk seeing `left_chunks` chunks before it (-1: all): what streaming decoding computes; 0 = full context
     chunk_ms: int = 0
     left_chunks: int = -1
+    # phrases to favour (hotwords), each "phrase" or "phrase<TAB>score" (decode/hotwords.py), and the bonus per token
+    # of a phrase whose entry gives none; every search but the greedy ones takes them
+    hotwords: list = field(default_factory=list)
+    hotword_score: float = 2.0
 
 
 CTC_MODES = ("joint", "ctc", "ctc_beam", "maskctc", "rescore")  # decoding modes that read the CTC head
@@ -361,6 +365,8 @@ RANGES = [
     ("decode.batch_size", lambda v: v >= 1, "≥ 1"),
     ("decode.chunk_ms", lambda v: v >= 0, "≥ 0 (0: full context)"),
     ("decode.left_chunks", lambda v: v >= -1, "≥ -1 (-1: every chunk before)"),
+    ("decode.hotwords", lambda v: all(isinstance(e, str) and e.strip() for e in v), "a list of phrases"),
+    ("decode.hotword_score", lambda v: 0 <= v < float("inf"), "≥ 0"),
 ]
 
 

@@ -217,7 +217,10 @@ class ExportedRecognizer:
         known = {f.name for f in fields(DecodeConfig)}
         if set(options) - known:
             raise ExportError(f"unknown decoding option(s) {', '.join(sorted(set(options) - known))}")
-        self.options = replace(self.config.decode, **options)
+        if options.get("hotwords"):
+            raise ExportError("hotwords: an export decodes without them (onnxruntime's search has no context graph); "
+                              "use the model package")
+        self.options = replace(self.config.decode, **{**options, "hotwords": []})  # a package's list: unused here
         self.modes = EXPORTED_MODES if self.config.model.ctc else ("greedy",)  # no CTC head: the decoder alone
         self._check_mode(self.options.mode)
         self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])

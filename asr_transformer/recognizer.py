@@ -7,14 +7,18 @@
 A package carries its decoding defaults (mode, beam, weights: `asr package` sets them to the values chosen on
 dev) and the n-gram LMs they use; a `Recognizer` decodes with them unless told otherwise: any `DecodeConfig`
 field as a keyword (`Recognizer(path, beam=5)`), another ARPA file (`lm=`, `word_lm=`), or no LM
-(`lm=False`, `word_lm=False`). `asr decode`, `asr transcribe`, `asr plot` and the benchmarks all decode
+(`lm=False`, `word_lm=False`). Hotwords are a field too: `Recognizer(path, hotwords=["Kathleen", "Saint
+Petersburg\t3"])` (decode/hotwords.py), and `with_hotwords` gives a recognizer with another list that shares the
+model. `asr decode`, `asr transcribe`, `asr plot` and the benchmarks all decode
 through this class.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import time
+import warnings
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -25,11 +29,16 @@ from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
 from asr_transformer.device import pick_device, synchronize
 from asr_transformer.threads import cpu_threads
-from asr_transformer.decode.search import (LM_MODES, DecodeError, check_modes, fusion_lm, read_lm, recognize, rescore,
-                                           search_encoded, transcriber)
+from asr_transformer.decode.hotwords import HotwordError, context_graph
+from asr_transformer.decode.search import (BIASED_MODES, LM_MODES, DecodeError, check_modes, fusion_lm, read_lm,
+                                           recognize, rescore, search_encoded, transcriber)
 from asr_transformer.model.asr import NoCTCError
 from asr_transformer.package import check_precision, load_package, read_package
 from asr_transformer.writers import write_decoding
+
+
+class HotwordWarning(UserWarning):
+    """Hotwords given with a decoding mode that cannot use them."""
 
 
 class Recognizer:
@@ -73,6 +82,28 @@ class Recognizer:
         self._fusion = None  # (the LM to fuse, its weight), read when a mode that fuses one first runs
         if self.options.mode in LM_MODES:
             self._fused()
+        self.context = self._context()
+
+    def _context(self):
+        """The context graph of the options' hotwords (None without any); DecodeError for a phrase the model
+        cannot write. Hotwords with a mode that cannot use them are said once, as a warning."""
+        try:
+            graph = context_graph(self.tokenizer, self.options.hotwords, self.options.hotword_score)
+        except HotwordError as e:
+            raise DecodeError(str(e)) from None
+        if graph is not None and self.options.mode not in BIASED_MODES:
+            warnings.warn(f"hotwords do not bias {self.options.mode} decoding (greedy searches keep no alternatives); "
+                          f"use {', '.join(BIASED_MODES)}", HotwordWarning, stacklevel=3)
+        return graph
+
+    def with_hotwords(self, hotwords: list[str], hotword_score: float | None = None) -> "Recognizer":
+        """A recognizer that shares this one's model, tokenizer and LMs, with another hotword list (each entry
+        "phrase" or "phrase<TAB>score"; [] for none) — a server's per-request list."""
+        other = copy.copy(self)
+        other.options = replace(self.options, hotwords=list(hotwords),
+                                hotword_score=self.options.hotword_score if hotword_score is None else hotword_score)
+        other.context = other._context()
+        return other
 
     def _fused(self) -> tuple:
         """(the LM to fuse or None, its weight): `search.fusion_lm` of the LMs, read on the first call."""
@@ -117,7 +148,7 @@ class Recognizer:
         `mode` overrides the options' mode; the LMs take part in the modes that fuse one (beam, joint, rescore);
         speaker_mean (B, F) as `search.recognize`."""
         opts, lm = self._mode_options(mode)
-        return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean)
+        return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean, context=self.context)
 
     def _mode_options(self, mode: str | None, **changes) -> tuple[DecodeConfig, object]:
         """(the options with `mode` (default: theirs) and `changes`, the LM that mode fuses or None): the LMs take
@@ -132,7 +163,7 @@ class Recognizer:
         lm, weight = self._fused()
         with torch.inference_mode():
             best = rescore(self.model, enc, torch.tensor([enc.size(1)]), [nbest], self.options.ctc_weight,
-                           self.options.length_penalty, lm, weight)[0][0]
+                           self.options.length_penalty, lm, weight, self.context)[0][0]
         return best
 
     def search(self, enc: torch.Tensor, mode: str | None = None) -> Hypothesis:
@@ -140,7 +171,8 @@ class Recognizer:
         the options' mode), with the LMs where the mode fuses them → the best hypothesis."""
         opts, lm = self._mode_options(mode, nbest=1)
         with torch.inference_mode():
-            return search_encoded(self.model, enc, torch.tensor([enc.size(1)], device=enc.device), opts, lm=lm)[0][0]
+            return search_encoded(self.model, enc, torch.tensor([enc.size(1)], device=enc.device), opts, lm=lm,
+                                  context=self.context)[0][0]
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,

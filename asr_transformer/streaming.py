@@ -117,7 +117,8 @@ class StreamingRecognizer:
     def _start_utterance(self) -> None:
         self._state = self.model.encoder.start_stream(self.chunk, self.left_chunks)
         opts = self.recognizer.options
-        self._search = CTCPrefixBeams(1, opts.beam, self.model.cfg.vocab_size, self.recognizer.device)
+        self._search = CTCPrefixBeams(1, opts.beam, self.model.cfg.vocab_size, self.recognizer.device,
+                                      context=self.recognizer.context)
         self._enc: list[torch.Tensor] = []  # the utterance's encoder chunks (1, c, D)
         self._start_frame = self._frames_done  # input frame the utterance starts at
         self._blank_run, self._spoke = 0, False  # trailing encoder frames whose best label is blank; any speech yet

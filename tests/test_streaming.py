@@ -120,15 +120,17 @@ def offline(rec, audio, mode):
 NO_ENDPOINTS = dict(endpoint_silence=0, max_silence=0, max_segment=0)
 
 
-@pytest.mark.parametrize("chunk_ms", [160, 320, 640])
-def test_streaming_equals_offline_decoding_under_the_same_chunks(streaming_package, chunk_ms):
+@pytest.mark.parametrize("chunk_ms,hotwords", [(160, []), (320, []), (640, []), (320, ["one two\t4", "five", "x"])])
+def test_streaming_equals_offline_decoding_under_the_same_chunks(streaming_package, chunk_ms, hotwords):
     """Without endpoints inside: the last partial is offline ctc_beam's best, the final offline rescore's best,
-    both computed on the whole audio with the same chunk mask; fed in odd blocks or at once makes no difference."""
+    both computed on the whole audio with the same chunk mask (and the same hotwords); fed in odd blocks or at once
+    makes no difference."""
     from asr_transformer.recognizer import Recognizer
     from asr_transformer.streaming import Endpointing, StreamingRecognizer
 
     root, audio = streaming_package
-    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=5, chunk_ms=chunk_ms)
+    rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=5, chunk_ms=chunk_ms,
+                     hotwords=hotwords)
     events = []
     stream = StreamingRecognizer(rec, endpointing=Endpointing(**NO_ENDPOINTS))
     rng = torch.Generator().manual_seed(1)

@@ -76,6 +76,10 @@ class PhoneTokenizer:
         """The word's pronunciations (phones this tokenizer knows only); [] when the lexicon has none."""
         return [p for p in pronunciations(word, self.lexicon) if all(ph in self._ids for ph in p)]
 
+    def phone_ids(self, pron: tuple[str, ...]) -> list[int]:
+        """A pronunciation (phones this tokenizer knows, as `pronounce` gives them) → its phone ids."""
+        return [self._ids[ph] for ph in pron]
+
     def encode(self, text: str) -> list[int]:
         ids = []
         for word in self.normalize(text).split():

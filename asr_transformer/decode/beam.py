@@ -7,8 +7,10 @@ search, WeNet's attention beam search). At each output step, for every utterance
 2. joint mode only: the candidates c are pre-pruned to the `pre_beam` best by attention score (plus <eos>,
    always scored), and the CTC prefix scorer gives log ψ(g·c) for all of them at once;
 3. each candidate's score is  λ·log ψ(g·c) + (1 − λ)·log p_att(g·c) + β·log p_lm(g·c) + length_penalty·|g·c|
-   (λ = ctc_weight; β = lm_weight, shallow fusion with an n-gram LM when one is given; |g·c| counts <eos>;
-   the pre-beam ranks by the attention and LM terms); the best 2·beam candidates of the utterance are taken:
+   (λ = ctc_weight; β = lm_weight, shallow fusion with an n-gram LM when one is given; |g·c| counts <eos>),
+   plus, with hotwords, the context graph's bonus B(g·c) (decode/context.py; at <eos> the unfinished phrase's
+   part is given back); the pre-beam ranks by the attention, LM and hotword terms); the best 2·beam candidates
+   of the utterance are taken:
    those ending in <eos> among the first `beam` become finished hypotheses, the best `beam` others keep
    running (so the beam stays full);
 4. an utterance is done when it has `nbest` finished hypotheses and the nbest-th best of them scores at least
@@ -41,6 +43,7 @@ import torch
 
 from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
+from asr_transformer.decode.context import ContextGraph
 from asr_transformer.decode.ctc_prefix import CTCPrefixScorer
 from asr_transformer.decode.greedy import mask_not_output, max_lengths
 from asr_transformer.model.mask import lengths_to_mask
@@ -71,6 +74,7 @@ class _Search:
     beam_threshold: float = 0.0  # running hypotheses this far below the best running one are dropped (0: none)
     end_detect: float = 0.0  # margin of the end detection (0: none)
     stats: dict | None = None  # the work done, counted when given (beam_search's `stats`)
+    context: ContextGraph | None = None  # hotwords
 
 
 @dataclass
@@ -86,6 +90,8 @@ class _Beams:
     lm_total: torch.Tensor  # (N,) its LM log-probability (with an LM)
     score: torch.Tensor  # (N,) its score; -inf = an empty slot
     ctc_state: object  # the CTC prefix scorer's state (joint)
+    ctx_state: torch.Tensor  # (N,) each hypothesis' state in the context graph (hotwords)
+    ctx_total: torch.Tensor  # (N,) and its hotword bonus so far
     active: list[int]  # original utterance index of each group of W rows
     finished: list[list[Hypothesis]]
     ended: list[dict[int, float]]  # per utterance: token count → the best score of the hypotheses ended with it
@@ -99,6 +105,8 @@ class _Step:
     att_new: torch.Tensor  # (N, Kc)
     psi: torch.Tensor | None  # (N, Kc) CTC prefix scores (joint)
     lm_new: torch.Tensor | None  # (N, Kc) LM totals (with an LM)
+    ctx_new: torch.Tensor | None  # (N, Kc) hotword bonus totals (with hotwords) ...
+    ctx_next: torch.Tensor | None  # (N, Kc) ... and the context graph's next states
     total: torch.Tensor  # (n, W·Kc) weighted score, -inf where not allowed
     forced: torch.Tensor  # (n,) utterances at their length limit
 
@@ -108,7 +116,8 @@ def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DE
                 length_penalty: float = DEFAULTS.length_penalty, max_len_ratio: float = DEFAULTS.max_len_ratio,
                 nbest: int = 1, pre_beam: int | None = None, lm=None, lm_weight: float = 0.0,
                 ctc_window: float = DEFAULTS.ctc_window, beam_threshold: float = DEFAULTS.beam_threshold,
-                end_detect: float = DEFAULTS.end_detect, stats: dict | None = None) -> list[list[Hypothesis]]:
+                end_detect: float = DEFAULTS.end_detect, stats: dict | None = None,
+                context: ContextGraph | None = None) -> list[list[Hypothesis]]:
     """Batched attention (or joint CTC/attention) beam search.
 
     Args:
@@ -123,9 +132,11 @@ def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DE
         ctc_window, beam_threshold, end_detect: the bounds on the work (module docstring; 0 = off).
         stats: a dict to which the work done is added: "steps", "hypotheses" (running hypotheses expanded),
             "candidates" (candidates scored), "ctc_terms" ((candidate, frame) terms of the CTC prefix scores).
+        context: a ContextGraph of hotwords (decode/context.py), its bonus added to every candidate's score.
     Returns:
         per utterance up to `nbest` hypotheses, best first; score = the weighted sum above, with parts
-        {"att": log p_att, "ctc": log P_ctc, "lm": log p_lm} (ctc only in joint mode, lm only with an LM).
+        {"att": log p_att, "ctc": log P_ctc, "lm": log p_lm, "context": the hotword bonus} (ctc only in joint mode,
+        lm only with an LM, context only with hotwords).
     """
     if beam < 1 or nbest < 1 or nbest > beam:
         raise ValueError(f"need 1 ≤ nbest ≤ beam, got beam={beam}, nbest={nbest}")
@@ -134,6 +145,7 @@ def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DE
     search.lam = float(ctc_weight) if scorer is not None else 0.0
     search.length_penalty, search.lm, search.lm_weight, search.nbest = length_penalty, lm, lm_weight, nbest
     search.beam_threshold, search.end_detect, search.stats = beam_threshold, end_detect, stats
+    search.context = context.to(enc.device) if context is not None else None
     step = 0
     while beams.active:
         step += 1  # tokens of the candidates, <eos> included
@@ -146,6 +158,8 @@ def beam_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, beam: int = DE
         beams.att, beams.score = cands.att_new[sel_row, sel_col], sel_val
         if cands.lm_new is not None:
             beams.lm_total = cands.lm_new[sel_row, sel_col]
+        if cands.ctx_new is not None:
+            beams.ctx_total, beams.ctx_state = cands.ctx_new[sel_row, sel_col], cands.ctx_next[sel_row, sel_col]
         beams.cache = [c[sel_row] for c in beams.cache[:search.M]] + beams.cache[search.M:]
         if scorer is not None:
             beams.ctc_state = scorer.advance(beams.ctc_state, sel_row, sel_tok)
@@ -179,6 +193,7 @@ def _start(model, enc, enc_lens, W: int, scorer, pre_beam: int | None, max_len_r
                    enc_mask=enc_mask[rows], att=torch.zeros(B * W, device=dev), lm_total=torch.zeros(B * W, device=dev),
                    score=torch.tensor([0.0] + [NEG_INF] * (W - 1), device=dev).repeat(B),
                    ctc_state=scorer.initial_state(rows) if scorer is not None else None,
+                   ctx_state=torch.zeros(B * W, dtype=torch.long, device=dev), ctx_total=torch.zeros(B * W, device=dev),
                    active=list(range(B)), finished=[[] for _ in range(B)], ended=[{} for _ in range(B)])
     return search, beams
 
@@ -194,9 +209,11 @@ def _score_candidates(s: _Search, beams: _Beams, step: int) -> _Step:
     running = torch.isfinite(beams.score)  # (N,) False: an empty slot
     forced = s.limit[beams.active] < step  # hypotheses already hold the most tokens allowed: <eos> only
     lm_lp = _lm_log_probs(s, beams.ys, running) if s.lm is not None else None  # (N, V)
-    if s.K < V:  # pre-beam: the best K non-<eos> tokens by attention (and LM), and <eos>
+    ctx_next, ctx_bonus = _context_bonus(s, beams) if s.context is not None else (None, None)  # (N, V)
+    if s.K < V:  # pre-beam: the best K non-<eos> tokens by attention (and LM and hotwords), and <eos>
         eos_col = torch.tensor([EOS], device=dev)
         rank = log_probs if lm_lp is None else (1.0 - s.lam) * log_probs + s.lm_weight * lm_lp.clamp(min=FLOOR)
+        rank = rank if ctx_bonus is None else rank + ctx_bonus
         cand = torch.cat([rank.index_fill(-1, eos_col, NEG_INF).topk(s.K, -1).indices, eos_col.expand(n * W, 1)], 1)
         cand_lp = log_probs.gather(1, cand)
     else:
@@ -219,11 +236,24 @@ def _score_candidates(s: _Search, beams: _Beams, step: int) -> _Step:
     if cand_lm is not None:  # with β = 0 the total is unchanged (every term is finite)
         lm_new = (beams.lm_total.unsqueeze(1) + cand_lm).clamp(min=FLOOR)
         total = total + s.lm_weight * lm_new
+    ctx_new = None
+    if ctx_bonus is not None:
+        ctx_new, ctx_next = beams.ctx_total.unsqueeze(1) + ctx_bonus.gather(1, cand), ctx_next.gather(1, cand)
+        total = total + ctx_new
     total = total.masked_fill(~keep, NEG_INF)
     if s.stats is not None:
         s.stats["hypotheses"] = s.stats.get("hypotheses", 0) + int(running.sum())
         s.stats["candidates"] = s.stats.get("candidates", 0) + int(keep.sum())
-    return _Step(cand, att_new, psi, lm_new, total.view(n, W * Kc), forced)
+    return _Step(cand, att_new, psi, lm_new, ctx_new, ctx_next, total.view(n, W * Kc), forced)
+
+
+def _context_bonus(s: _Search, beams: _Beams) -> tuple[torch.Tensor, torch.Tensor]:
+    """The context graph's next state and bonus for every token after each running hypothesis, (N, V) each;
+    at <eos> the bonus gives the unfinished phrase's part back."""
+    tokens = torch.arange(s.V, device=s.dev).expand(beams.ctx_state.size(0), s.V)
+    nxt, bonus = s.context.step(beams.ctx_state, tokens)
+    bonus[:, EOS] = s.context.finish(beams.ctx_state)
+    return nxt, bonus
 
 
 def _lm_log_probs(s: _Search, ys: torch.Tensor, running: torch.Tensor) -> torch.Tensor:
@@ -272,23 +302,27 @@ def _advance_or_finish(s: _Search, beams: _Beams, c: _Step, step: int) -> tuple:
 
 def _finish(s: _Search, beams: _Beams, c: _Step, top_val, ev_row, ev_col, is_eos, sel_val) -> torch.Tensor:
     """Record the candidates ending in <eos> among each utterance's first W as finished hypotheses (one transfer
-    to the CPU per step). → the packed (n, W, 6) scores: total, is <eos>, att, ctc, best running total, lm."""
+    to the CPU per step). → the packed (n, W, 7) scores: total, is <eos>, att, ctc, best running total, lm,
+    hotword bonus."""
     W, n = s.W, len(beams.active)
     ev_att = c.att_new[ev_row, ev_col]
     ev_ctc = c.psi[ev_row, ev_col] if c.psi is not None else torch.zeros_like(ev_att)
     ev_lm = c.lm_new[ev_row, ev_col] if c.lm_new is not None else torch.zeros_like(ev_att)
+    ev_ctx = c.ctx_new[ev_row, ev_col] if c.ctx_new is not None else torch.zeros_like(ev_att)
     packed = torch.stack([top_val[:, :W], is_eos[:, :W].float(), ev_att, ev_ctc,
-                          sel_val[:, :1].expand(n, W), ev_lm], -1).cpu()  # (n, W, 6)
+                          sel_val[:, :1].expand(n, W), ev_lm, ev_ctx], -1).cpu()  # (n, W, 7)
     events = (packed[..., 1] > 0) & (packed[..., 0] > NEG_INF)
     if events.any():
         ev_idx = events.nonzero()
         ev_i = ev_idx.to(s.dev)
         ev_tokens = beams.ys[ev_row[ev_i[:, 0], ev_i[:, 1]]].cpu()
         for (i, j), toks in zip(ev_idx.tolist(), ev_tokens):
-            val, _, a, ctc, _, lm_part = packed[i, j].tolist()
+            val, _, a, ctc, _, lm_part, ctx = packed[i, j].tolist()
             parts = {"att": a, "ctc": ctc} if s.scorer is not None else {"att": a}
             if s.lm is not None:
                 parts["lm"] = lm_part
+            if s.context is not None:
+                parts["context"] = ctx
             beams.finished[beams.active[i]].append(Hypothesis(toks[1:].tolist(), val, parts))
             ended = beams.ended[beams.active[i]]
             ended[len(toks) - 1] = max(val, ended.get(len(toks) - 1, NEG_INF))

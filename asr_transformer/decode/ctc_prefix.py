@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from asr_transformer.decode import Hypothesis
+from asr_transformer.decode.context import ContextGraph
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.tokens import BLANK, EOS
 
@@ -219,14 +220,16 @@ _HASH_MUL = 1_000_003  # prefix hash h·c = h·_HASH_MUL + c + 1 (int64, wrappin
 
 
 def ctc_prefix_beam_search(log_probs: torch.Tensor, lengths: torch.Tensor, beam: int,
-                           token_beam: int | None = None, blank: int = BLANK) -> list[list[Hypothesis]]:
+                           token_beam: int | None = None, blank: int = BLANK,
+                           context: ContextGraph | None = None) -> list[list[Hypothesis]]:
     """Frame-synchronous CTC prefix beam search, batched over utterances (`CTCPrefixBeams` over all frames).
 
     Args:
-        log_probs (B, T, V), lengths (B,). Returns per utterance up to `beam` hypotheses, best first,
-        score = log P(prefix) over all its alignments.
+        log_probs (B, T, V), lengths (B,). context: hotwords (decode/context.py). Returns per utterance up to
+        `beam` hypotheses, best first, score = log P(prefix) over all its alignments (+ its hotword bonus).
     """
-    search = CTCPrefixBeams(log_probs.size(0), beam, log_probs.size(-1), log_probs.device, token_beam, blank)
+    search = CTCPrefixBeams(log_probs.size(0), beam, log_probs.size(-1), log_probs.device, token_beam, blank,
+                            context)
     search.advance(log_probs, lengths)
     return search.nbest()
 
@@ -240,10 +243,14 @@ class CTCPrefixBeams:
     most probable prefixes survive. Prefixes are identified by a 64-bit rolling hash plus length and last
     token. Everything is vectorized over (utterances, beams, tokens); the loop runs over frames.
     Feeding a whole utterance at once or in pieces gives the same hypotheses, scores and emission frames.
+
+    With a context graph (hotwords), prefixes are ranked by log P(prefix) + their hotword bonus B(prefix), and the
+    `token_beam` tokens of a frame are chosen by log-probability + the bonus each would earn. B is a function of
+    the prefix alone, so merging prefixes keeps it; the bonus of an unfinished phrase is given back at the end.
     """
 
     def __init__(self, batch: int, beam: int, vocab: int, device: torch.device | str = "cpu",
-                 token_beam: int | None = None, blank: int = BLANK):
+                 token_beam: int | None = None, blank: int = BLANK, context: ContextGraph | None = None):
         B, W = batch, beam
         self.W, self.K, self.blank, self.device = W, max(1, min(token_beam or W, vocab - 1)), blank, device
         self.pb = torch.full((B, W), NEG_INF, device=device)  # log P(prefix, last frame blank)
@@ -252,6 +259,9 @@ class CTCPrefixBeams:
         self.last = torch.full((B, W), -1, dtype=torch.long, device=device)
         self.length = torch.zeros(B, W, dtype=torch.long, device=device)
         self.hsh = torch.zeros(B, W, dtype=torch.long, device=device)
+        self.context = context.to(device) if context is not None else None
+        self.ctx_state = torch.zeros(B, W, dtype=torch.long, device=device)  # each prefix's context graph state
+        self.ctx_total = torch.zeros(B, W, device=device)  # and its hotword bonus B(prefix)
         self.parents: list[torch.Tensor] = []  # per frame (B, W): the beam each prefix came from
         self.emits: list[torch.Tensor] = []  # per frame (B, W): the token it emitted there, or -1
 
@@ -270,29 +280,49 @@ class CTCPrefixBeams:
             x = x.masked_fill(~valid.unsqueeze(-1), NEG_INF)
             x[..., blank] = x[..., blank].masked_fill(~valid, 0.0)
         blank_lp = x[..., blank]  # (B, T)
-        top_lp, top_tok = x.index_fill(-1, torch.tensor([blank], device=dev), NEG_INF).topk(self.K, -1)  # (B, T, K)
+        non_blank = x.index_fill(-1, torch.tensor([blank], device=dev), NEG_INF)
+        if self.context is not None:  # the tokens of each frame are chosen per prefix, with their bonus
+            for t in range(T):
+                _, tok = self._with_bonus(non_blank[:, t]).topk(self.K, -1)  # (B, W, K)
+                lp = non_blank[:, t].unsqueeze(1).expand(-1, self.W, -1).gather(2, tok)
+                self._step(x[:, t], blank_lp[:, t:t + 1], tok, lp)
+            return
+        top_lp, top_tok = non_blank.topk(self.K, -1)  # (B, T, K)
         for t in range(T):
             self._step(x[:, t], blank_lp[:, t:t + 1], top_tok[:, t], top_lp[:, t])
 
+    def _with_bonus(self, x: torch.Tensor) -> torch.Tensor:
+        """A frame's log-probabilities x (B, V) plus the hotword bonus each token would earn each prefix → (B, W, V)."""
+        B, V = x.shape
+        tokens = torch.arange(V, device=x.device).expand(B, self.W, V)
+        return x.unsqueeze(1) + self.context.step(self.ctx_state, tokens)[1]
+
     def _step(self, x: torch.Tensor, blank_lp: torch.Tensor, ck: torch.Tensor, lk: torch.Tensor) -> None:
-        """One frame: x (B, V) log-probs, blank_lp (B, 1), its top non-blank tokens ck and log-probs lk (B, K)."""
+        """One frame: x (B, V) log-probs, blank_lp (B, 1), the non-blank tokens to extend by, ck, and their
+        log-probs lk: (B, K) for every prefix alike, or (B, W, K) a set per prefix (with hotwords)."""
         W, K = self.W, self.K
         pb, pnb, last, length, hsh = self.pb, self.pnb, self.last, self.length, self.hsh
+        ck, lk = (ck, lk) if ck.dim() == 3 else (ck.unsqueeze(1).expand(-1, W, -1), lk.unsqueeze(1).expand(-1, W, -1))
         total = torch.logaddexp(pb, pnb)  # (B, W)
         y_last = x.gather(1, last.clamp(min=0)).masked_fill(last < 0, NEG_INF)
         stay_b = total + blank_lp
         stay_nb = pnb + y_last
-        same = ck.unsqueeze(1) == last.unsqueeze(2)  # (B, W, K)
-        ext = (torch.where(same, pb.unsqueeze(2), total.unsqueeze(2)) + lk.unsqueeze(1)).flatten(1)  # (B, W·K)
-        ext_hash = (hsh.unsqueeze(2) * _HASH_MUL + ck.unsqueeze(1) + 1).flatten(1)
+        same = ck == last.unsqueeze(2)  # (B, W, K)
+        ext = (torch.where(same, pb.unsqueeze(2), total.unsqueeze(2)) + lk).flatten(1)  # (B, W·K)
+        ext_hash = (hsh.unsqueeze(2) * _HASH_MUL + ck + 1).flatten(1)
         ext_len = (length + 1).repeat_interleave(K, 1)
-        ext_last = ck.repeat(1, W)
+        ext_last = ck.flatten(1)
         # an extension equal to an (alive) prefix in the beam is merged into it
         match = ((hsh.unsqueeze(2) == ext_hash.unsqueeze(1)) & (length.unsqueeze(2) == ext_len.unsqueeze(1))
                  & (last.unsqueeze(2) == ext_last.unsqueeze(1)) & (total > NEG_INF).unsqueeze(2))  # (B, W, W·K)
         stay_nb = torch.logaddexp(stay_nb, ext.unsqueeze(1).masked_fill(~match, NEG_INF).logsumexp(-1))
         ext = ext.masked_fill(match.any(1), NEG_INF)
-        top, idx = torch.cat([torch.logaddexp(stay_b, stay_nb), ext], 1).topk(W, 1)
+        rank = torch.cat([torch.logaddexp(stay_b, stay_nb), ext], 1)
+        if self.context is not None:
+            ext_state, bonus = self.context.step(self.ctx_state, ck)  # (B, W, K)
+            ext_state, ext_ctx = ext_state.flatten(1), (self.ctx_total.unsqueeze(2) + bonus).flatten(1)
+            rank = rank + torch.cat([self.ctx_total, ext_ctx], 1)
+        _, idx = rank.topk(W, 1)
         is_stay = idx < W
         e = (idx - W).clamp(min=0)  # index into the extensions
         src = torch.where(is_stay, idx, e // K)  # parent beam
@@ -302,15 +332,26 @@ class CTCPrefixBeams:
         self.last = torch.where(is_stay, last.gather(1, src), token)
         self.length = torch.where(is_stay, length.gather(1, src), ext_len.gather(1, e))
         self.hsh = torch.where(is_stay, hsh.gather(1, src), ext_hash.gather(1, e))
+        if self.context is not None:
+            self.ctx_state = torch.where(is_stay, self.ctx_state.gather(1, src), ext_state.gather(1, e))
+            self.ctx_total = torch.where(is_stay, self.ctx_total.gather(1, src), ext_ctx.gather(1, e))
         self.parents.append(src)
         self.emits.append(token)
 
+    def _bonus(self) -> torch.Tensor:
+        """(B, W) each prefix's hotword bonus as a finished hypothesis (0 without hotwords)."""
+        if self.context is None:
+            return torch.zeros_like(self.pb)
+        return self.ctx_total + self.context.finish(self.ctx_state)
+
     def paths(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every utterance's prefixes, best first: scores (B, W), and per frame the token each emitted there or
-        -1, (B, W, T) — backtracked through the parents."""
-        scores = torch.logaddexp(self.pb, self.pnb)
-        order = scores.argsort(1, descending=True)  # (B, W) (already sorted after a topk, but T may be 0)
+        """Every utterance's prefixes, best first: scores (B, W) (log P(prefix), + the hotword bonus of it as a
+        finished hypothesis), and per frame the token each emitted there or -1, (B, W, T) — backtracked through
+        the parents."""
+        scores = torch.logaddexp(self.pb, self.pnb) + self._bonus()
+        order = scores.argsort(1, descending=True)  # (B, W) (sorted by rank after a topk, but T may be 0)
         scores = scores.gather(1, order).cpu()
+        self._order = order
         B, W, T = scores.size(0), self.W, self.frames
         if not T:
             return scores, torch.full((B, W, 0), -1, dtype=torch.long)
@@ -325,6 +366,7 @@ class CTCPrefixBeams:
         """Per utterance up to `beam` hypotheses, best first, score = log P(prefix) over all its alignments.
         paths: `paths()`'s result when the caller has it already (the backtracking is then not done twice)."""
         scores, seq = paths if paths is not None else self.paths()
+        bonus = self._bonus().gather(1, self._order).cpu()
         out = []
         for b in range(scores.size(0)):
             hyps = []
@@ -333,6 +375,8 @@ class CTCPrefixBeams:
                 if s == NEG_INF:
                     continue
                 toks = [int(v) for v in seq[b, w] if v >= 0]
-                hyps.append(Hypothesis(toks, s, {"ctc": s}))
+                parts = {"ctc": s} if self.context is None else {"ctc": s - float(bonus[b, w]),
+                                                                  "context": float(bonus[b, w])}
+                hyps.append(Hypothesis(toks, s, parts))
             out.append(hyps)
         return out

@@ -11,6 +11,8 @@ Modes and what a hypothesis' score is:
               decoder (teacher-forced)
 λ = ctc_weight. With an n-gram LM (decode/ngram.py), beam, joint and rescore add β·log p_lm(y <eos>)
 (shallow fusion, β = lm_weight), and with a word LM (decode/word_lm.py) also γ·log p_word of each word.
+With hotwords (a context graph, decode/context.py), beam, joint, ctc_beam and rescore add the bonus of the listed
+phrases y contains, and favour them while the search runs; greedy, ctc and maskctc cannot be biased.
 Every mode decodes a whole batch of utterances at once.
 """
 
@@ -34,6 +36,7 @@ __all__ = ["MODES", "Hypothesis", "recognize", "rescore", "attention_scores", "c
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
 LM_MODES = ("beam", "joint", "rescore")  # the modes an n-gram LM takes part in
+BIASED_MODES = ("beam", "joint", "ctc_beam", "rescore")  # the modes hotwords take part in
 
 
 class DecodeError(UserError, ValueError):
@@ -81,26 +84,30 @@ def attention_scores(model, enc: torch.Tensor, enc_lens: torch.Tensor, utt: torc
 
 
 def rescore(model, enc, enc_lens, nbest_lists: list[list[Hypothesis]], ctc_weight: float,
-             length_penalty: float, lm=None, lm_weight: float = 0.0) -> list[list[Hypothesis]]:
-    """Rescore CTC n-best lists with the attention decoder (and an LM):
-    λ·ctc + (1−λ)·att [+ β·lm] + length_penalty·(tokens + 1)."""
+             length_penalty: float, lm=None, lm_weight: float = 0.0, context=None) -> list[list[Hypothesis]]:
+    """Rescore CTC n-best lists with the attention decoder (and an LM, and hotwords):
+    λ·ctc + (1−λ)·att [+ β·lm] [+ the hotword bonus] + length_penalty·(tokens + 1)."""
     flat = [(b, h) for b, hyps in enumerate(nbest_lists) for h in hyps]
     if not flat:
         return [[Hypothesis([], float("-inf"))] for _ in nbest_lists]
     att = attention_scores(model, enc, enc_lens, torch.tensor([b for b, _ in flat]), [h.tokens for _, h in flat]).tolist()
     out: list[list[Hypothesis]] = [[] for _ in nbest_lists]
     for (b, h), a in zip(flat, att):
-        s = ctc_weight * h.score + (1.0 - ctc_weight) * a + length_penalty * (len(h.tokens) + 1)
-        parts = {"ctc": h.score, "att": a}
+        ctc = h.parts.get("ctc", h.score)
+        s = ctc_weight * ctc + (1.0 - ctc_weight) * a + length_penalty * (len(h.tokens) + 1)
+        parts = {"ctc": ctc, "att": a}
         if lm is not None:
             parts["lm"] = lm.sentence_log_prob(h.tokens)
             s += lm_weight * parts["lm"]
+        if context is not None:
+            parts["context"] = context.score(h.tokens)
+            s += parts["context"]
         out[b].append(Hypothesis(h.tokens, s, parts))
     return [sorted(hyps, key=lambda h: h.score, reverse=True) or [Hypothesis([], float("-inf"))] for hyps in out]
 
 
 def _beam(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: DecodeConfig, nbest: int,
-          pre_beam: int | None, lm, stats: dict | None) -> list[list[Hypothesis]]:
+          pre_beam: int | None, lm, stats: dict | None, context) -> list[list[Hypothesis]]:
     """beam and joint: `beam_search`. In joint mode, utterances longer than opts.split_seconds are searched in pieces
     cut at pauses (`split_at_pauses`), B pieces at a time (B: the batch's utterances), so that neither the decoder's
     context nor the rows of a step grow with the audio's length."""
@@ -113,7 +120,8 @@ def _beam(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: Dec
         return beam_search(model, enc, enc_lens, opts.beam, ctc_log_probs=ctc, ctc_weight=opts.ctc_weight,
                            length_penalty=opts.length_penalty, max_len_ratio=opts.max_len_ratio, nbest=nbest,
                            pre_beam=pre_beam, lm=lm, lm_weight=opts.lm_weight, ctc_window=opts.ctc_window,
-                           beam_threshold=opts.beam_threshold, end_detect=opts.end_detect, stats=stats)
+                           beam_threshold=opts.beam_threshold, end_detect=opts.end_detect, stats=stats,
+                           context=context)
 
     if pieces is None:
         return search(enc, enc_lens, ctc)
@@ -127,7 +135,7 @@ def _beam(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: Dec
 
 def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
               pre_beam: int | None = None, lm=None, speaker_mean: torch.Tensor | None = None,
-              stats: dict | None = None) -> list[list[Hypothesis]]:
+              stats: dict | None = None, context=None) -> list[list[Hypothesis]]:
     """Decode a batch of utterances with `opts.mode`.
 
     Args:
@@ -141,6 +149,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
         speaker_mean: (B, F), each utterance's speaker's mean log-mel, for a model.speaker_cmn model
             (`data.features.speaker_means`); without it such a model subtracts each utterance's own mean.
         stats: beam and joint: a dict that the search's work is added to (`beam.beam_search`).
+        context: hotwords, a ContextGraph (decode/hotwords.py `context_graph`), in the BIASED_MODES.
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
@@ -153,13 +162,15 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
             enc, enc_lens = model.encode(feats.to(dev), feat_lens.to(dev),
                                          None if speaker_mean is None else speaker_mean.to(dev),
                                          chunk_frames(opts.chunk_ms, model.cfg.subsampling), opts.left_chunks)
-            return search_encoded(model, enc, enc_lens, opts, pre_beam=pre_beam, lm=lm, stats=stats)
+            return search_encoded(model, enc, enc_lens, opts, pre_beam=pre_beam, lm=lm, stats=stats,
+                                  context=context)
     finally:
         model.train(was_training)
 
 
 def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
-                   pre_beam: int | None = None, lm=None, stats: dict | None = None) -> list[list[Hypothesis]]:
+                   pre_beam: int | None = None, lm=None, stats: dict | None = None,
+                   context=None) -> list[list[Hypothesis]]:
     """`recognize` after the encoder: enc (B, T', D) and enc_lens (B,) (e.g. a stream's chunks, `encode_chunk`)
     → per utterance its n-best, as `recognize` (the model in eval mode, under inference_mode)."""
     mode = check_modes(opts.mode)[0]
@@ -169,17 +180,17 @@ def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: Decod
     if mode == "greedy":
         return greedy_search(model, enc, enc_lens, opts.max_len_ratio)
     if mode in ("beam", "joint"):
-        return _beam(model, enc, enc_lens, mode, opts, nbest, pre_beam, lm, stats)
+        return _beam(model, enc, enc_lens, mode, opts, nbest, pre_beam, lm, stats, context)
     ctc = model.ctc_log_probs(enc)
     if mode == "ctc":
         return ctc_greedy(ctc, enc_lens).hypotheses()
     if mode == "maskctc":
         return maskctc_search(model, enc, enc_lens, ctc, opts.maskctc_iterations, opts.maskctc_threshold)
-    hyps = ctc_prefix_beam_search(ctc, enc_lens, opts.beam)
+    hyps = ctc_prefix_beam_search(ctc, enc_lens, opts.beam, context=context)
     if mode == "ctc_beam":
         return [h[:nbest] or [Hypothesis([], float("-inf"))] for h in hyps]
     return [h[:nbest] for h in rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty,
-                                        lm, opts.lm_weight)]
+                                        lm, opts.lm_weight, context)]
 
 
 # ------------------------------------------------------------------------------------------ LMs
