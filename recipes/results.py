@@ -400,8 +400,33 @@ def benchmarks_section(bench: Path) -> str:
                 lines.append(f"| {label} | {on['audio_seconds']:.1f} | {off['rtf']:.3f} | {on['rtf']:.3f} | "
                              f"{on['rtf_vs_in_domain']:.2f} | {off['per_audio_second']['ctc_terms']:,.0f} → "
                              f"{on['per_audio_second']['ctc_terms']:,.0f} |")
+    lines += hotwords_table([_load(path) for path in sorted(bench.glob("hotwords_*.json"))])
     lines += gpu_table(_load(bench / "gpu_check.json"))
     return "\n".join(lines) + "\n"
+
+
+def hotwords_table(runs: list[dict]) -> list[str]:
+    """Contextual biasing from `python bench/hotwords.py` (bench/hotwords_*.json): per model and set, without a list
+    and with each utterance's list (its rare words and distractors), errors on the listed words and the others."""
+    if not runs:
+        return []
+    lines = ["", "### Hotwords (contextual biasing)", "",
+             "`python bench/hotwords.py`: each utterance decoded alone, without a list and with its own: the words of "
+             "its reference seen fewer than N (rare <) times in training, plus up to 100 distractors drawn from the "
+             "other rare words. "
+             "B-WER: errors on the listed words; U-WER: on the others; recall, precision and F1 of the listed words "
+             "(%). RTF: one utterance at a time.", "",
+             "| model | set | mode | rare < | words a list | list | bonus | WER | B-WER | U-WER | recall | precision "
+             "| F1 | RTF | CPU |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        mode = run["mode"] + (f", streamed in {run['stream']} ms chunks" if run.get("stream") else "")
+        for row in run["rows"]:
+            lines.append(f"| `{run['model']}` | `{run['manifest']}` ({run['utterances']}) | {mode} | {run['rare_below']} | "
+                         f"{run.get('list_words', '-')} | {row['list']} | {'-' if row['score'] is None else row['score']} | "
+                         f"{row['wer']:.2f} | {row['b_wer']:.2f} | {row['u_wer']:.2f} | {row['recall']:.1f} | "
+                         f"{row['precision']:.1f} | {row['f1']:.1f} | {row['rtf']:.4f} | "
+                         f"{short_cpu_name(run['cpu'])}, {run['threads']} threads |")
+    return lines
 
 
 def gpu_table(check: dict | None) -> list[str]:

@@ -257,6 +257,33 @@ def test_results_benchmarks_section_reports_the_bench_files_and_update_keeps_it_
     assert sections == {"recipes/kathleen/exp/phone": "## kathleen: `exp/phone`\n\nrows\n"}
 
 
+def test_results_tabulate_the_hotword_and_gpu_benchmarks(tmp_path):
+    """bench/hotwords_*.json gives the biasing table (a row per list and bonus, as the bench wrote them); a
+    gpu_check.json written on a GPU gives the GPU table with the trainer's share of the model's speed, and one
+    written on a CPU (the smoke test) none."""
+    results = _results_module()
+    run = json.loads((ROOT / "bench/hotwords_synthetic.json").read_text())
+    run["rows"][1]["b_wer"] = 12.34
+    (tmp_path / "hotwords_synthetic.json").write_text(json.dumps(run))
+    text = results.benchmarks_section(tmp_path)
+    rows = [line for line in text.splitlines() if line.startswith(f"| `{run['model']}` |")]
+    assert len(rows) == len(run["rows"]) and "| 12.34 |" in rows[1] and "| none | - |" in rows[0]
+    check = {"command": "bench/gpu_check.py", "config": "c.yaml", "model": {"vocab": 5000},
+             "environment": {"torch": "2.11", "device": "cpu"},
+             "training": [{"precision": "bf16", "audio_s_per_s": 5949.0, "steps_per_s": 10.5, "mfu_percent": 3.1,
+                           "peak_memory_MB": 5700}],
+             "trainer": {"corpus_hours": 3.4, "train": {"epochs": 2, "audio_seconds_per_second": 1617.0}},
+             "trainer_vs_model": {"precision": "bf16", "trainer_audio_s_per_s": 1617.0, "model_audio_s_per_s": 5949.0,
+                                  "ratio": 0.272}}
+    (tmp_path / "gpu_check.json").write_text(json.dumps(check))
+    assert "Training on a GPU" not in results.benchmarks_section(tmp_path)  # the CPU smoke test
+    check["environment"]["gpu"] = "NVIDIA H200"
+    (tmp_path / "gpu_check.json").write_text(json.dumps(check))
+    text = results.benchmarks_section(tmp_path)
+    assert "### Training on a GPU (NVIDIA H200, torch 2.11)" in text and "| in-memory batches | bf16 | 5,949 |" in text
+    assert "| `asr train` on 3.4 h of WAVs (epoch 2) | bf16 | 1,617 |" in text and "0.27 ×" in text
+
+
 def test_every_recipe_trains_a_fixed_number_of_epochs():
     """No recipe conf stops on a time budget: a recipe gives the same model on a slow machine as on a fast one."""
     import yaml
