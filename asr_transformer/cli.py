@@ -80,7 +80,7 @@ prepare_app = typer.Typer(help="Import a corpus into train/dev/test JSONL manife
 app.add_typer(prepare_app, name="prepare")
 
 OUT = typer.Option(..., "--out", "-o", help="Output directory for the manifests.")
-THREADS = typer.Option(0, min=0, help="CPU threads for torch (0: OMP_NUM_THREADS when set, else all cores).")
+THREADS = typer.Option(0, help="CPU threads for torch (0: OMP_NUM_THREADS when set, else all cores).")
 PRECISION_HELP = ("fp32, bf16 (the encoder in bf16: about 2× faster on CPUs with AMX and on GPUs, slower than fp32 on "
                   "CPUs without AMX), fp16 (CUDA only), int8 (the Linear layers quantized to int8, CPU only) or auto "
                   "(bf16 where it is fast).")
@@ -462,8 +462,8 @@ LEFT_CHUNKS = typer.Option(None, "--left-chunks", help="With --chunk-ms: the chu
 HOTWORDS = typer.Option(None, "--hotwords", help="A file of phrases to favour (names, terms), one a line, "
                         "optionally followed by a tab and a bonus per token: phrase<TAB>score. beam, joint, ctc_beam "
                         "and rescore take them (default: the package's list).")
-HOTWORD = typer.Option([], "--hotword", help="A phrase to favour, PHRASE or PHRASE:SCORE; repeatable, and added to "
-                       "--hotwords' list.")
+HOTWORD = typer.Option([], "--hotword", metavar="<str>", help="A phrase to favour, PHRASE or PHRASE:SCORE; "
+                       "repeatable, and added to --hotwords' list.")
 HOTWORD_SCORE = typer.Option(None, help="Bonus per token of a listed phrase whose line gives none (log-probability; "
                              "default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from asr_transformer.config import DecodeConfig
+from asr_transformer.data.audio import checked_samples
 from asr_transformer.decode import Hypothesis
 from asr_transformer.device import pick_device, synchronize
 from asr_transformer.threads import cpu_threads
@@ -218,8 +219,13 @@ class Recognizer:
         return padded, lens, speaker_mean
 
     def recognize_arrays(self, waves: list[np.ndarray]) -> list[str]:
-        """Utterances of 16 kHz mono samples, each decoded whole, in batches of `options.batch_size` → texts.
-        For long recordings use `transcribe`, which splits at silences."""
+        """Utterances of 16 kHz samples ((n,) or (n, channels) float arrays, checked as files are), each decoded
+        whole, in batches of `options.batch_size` → texts. For long recordings use `transcribe`, which splits at
+        silences. AudioError naming the array ("array 2: …") for one that is not audio."""
+        if isinstance(waves, np.ndarray) or not isinstance(waves, (list, tuple)):
+            raise DecodeError(f"recognize_arrays takes a list of arrays, got {type(waves).__name__} (one utterance: "
+                              "[samples])")
+        waves = [checked_samples(w, f"array {i}") for i, w in enumerate(waves)]
         size = self.options.batch_size
         return [self.text(h.tokens) for i in range(0, len(waves), size) for h in self.decode_waves(waves[i:i + size])]
 
@@ -233,6 +239,12 @@ class Recognizer:
         transcribe.MAX_SEGMENT). See `transcribe.transcribe`."""
         from asr_transformer.transcribe import MAX_SEGMENT, transcribe
 
+        if isinstance(audio, np.ndarray):
+            audio = checked_samples(audio, "array")
+        elif not isinstance(audio, (str, os.PathLike, bytes, bytearray)):
+            raise DecodeError(f"transcribe takes a path, the bytes of an audio file or an array of 16 kHz samples, "
+                              f"got {type(audio).__name__}" + (" (several files: call it for each)"
+                                                               if isinstance(audio, (list, tuple)) else ""))
         if max_segment is None:
             max_segment = MAX_SEGMENT
         return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from asr_transformer.data.audio import checked_samples
 from asr_transformer.data.features import fbank, num_frames
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.ctc_prefix import CTCPrefixBeams
@@ -126,9 +127,12 @@ class StreamingRecognizer:
     # ----------------------------------------------------------------------------------------- input
 
     def feed(self, samples: np.ndarray) -> list[StreamEvent]:
-        """The next 16 kHz mono float samples (any number) → the events they complete (partials, finals)."""
+        """The next 16 kHz float samples (any number; (n,) or (n, channels), checked as a file's are:
+        `checked_samples`) → the events they complete (partials, finals)."""
         arrived = time.perf_counter()
-        self._samples = np.concatenate([self._samples, np.asarray(samples, np.float32).reshape(-1)])
+        samples = np.asarray(samples)
+        if samples.size:
+            self._samples = np.concatenate([self._samples, checked_samples(samples, "stream")])
         n = num_frames(len(self._samples), self.features)
         if n:
             wave = torch.from_numpy(self._samples[:(n - 1) * self.hop + self.win])

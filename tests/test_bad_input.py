@@ -193,3 +193,33 @@ def test_transcribe_answers_every_bad_audio_file_with_one_line(tiny_package, tmp
     assert f"{len(cases)} of {len(cases) + 1} input(s) failed" in result.stderr
     assert result.stdout.startswith(f"{tmp_path / 'whole.wav'}\t")  # the good file's line
     assert "Traceback" not in result.output
+
+
+def test_the_python_api_checks_arrays_and_arguments_as_the_command_line_checks_files(tiny_package):
+    """Recognizer takes arrays through the one gate (`checked_samples`): NaN, empty, out of
+    range, integer or oddly shaped arrays get an AudioError naming the array; a stereo array is averaged as a stereo
+    file is; a wrong argument type names what is taken."""
+    from asr_transformer.data.audio import AudioError
+    from asr_transformer.decode.search import DecodeError
+    from asr_transformer.recognizer import Recognizer
+
+    rec = Recognizer(tiny_package / "model.pt", threads=1, mode="ctc")
+    good = (0.1 * np.sin(np.arange(8000) / 5)).astype(np.float32)
+    bad = {"NaN": np.full(8000, np.nan, np.float32), "no samples": np.zeros(0, np.float32),
+           "out of range": good * 5000, "int16": (good * 30000).astype(np.int16),
+           "shape": np.zeros((3, 4, 5), np.float32)}
+    messages = {"NaN": "array 1: audio contains NaN", "no samples": "array 1: audio has no samples",
+                "out of range": "array 1: samples out of range", "int16": "array 1: expected float samples",
+                "shape": r"array 1: expected samples \(n,\) or \(n, channels"}
+    for kind, wave in bad.items():
+        with pytest.raises(AudioError, match=messages[kind]):
+            rec.recognize_arrays([good, wave])
+        with pytest.raises(AudioError):
+            rec.transcribe(wave)
+    stereo = np.stack([good, good], axis=1)
+    assert rec.recognize_arrays([stereo]) == rec.recognize_arrays([good])
+    with pytest.raises(DecodeError, match="takes a list of arrays"):
+        rec.recognize_arrays(good)
+    for wrong, named in ((None, "NoneType"), (["a.wav", "b.wav"], "several files"), (3.5, "float")):
+        with pytest.raises(DecodeError, match=named):
+            rec.transcribe(wrong)

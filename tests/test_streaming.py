@@ -252,3 +252,19 @@ def test_readme_streaming_lines(streaming_package):
     printed = []
     exec(compile(code, "README.md", "exec"), {"print": lambda *a: printed.append(a), "samples": audio})
     assert printed and printed[-1][0] == "final" and all(isinstance(a[3], str) for a in printed)
+
+
+def test_a_stream_checks_its_samples_as_a_file_is_checked(streaming_package):
+    import numpy as np
+
+    from asr_transformer.data.audio import AudioError
+    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.streaming import StreamingRecognizer
+
+    root, audio = streaming_package
+    stream = StreamingRecognizer(Recognizer(root / "model.pt", device="cpu", threads=1))
+    with pytest.raises(AudioError, match="stream: audio contains NaN"):
+        stream.feed(np.full(1600, np.nan, np.float32))
+    stereo = np.stack([audio, audio], axis=1)  # averaged, as a stereo file is
+    mono = StreamingRecognizer(Recognizer(root / "model.pt", device="cpu", threads=1))
+    assert [e.tokens for e in stream.feed(stereo) + stream.finish()] == [e.tokens for e in mono.feed(audio) + mono.finish()]

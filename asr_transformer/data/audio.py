@@ -28,6 +28,7 @@ from asr_transformer.errors import UserError
 
 SAMPLE_RATE = 16000
 MAX_PEAK = 100.0  # |sample| above this (float formats) is refused as out of range
+MAX_CHANNELS = 8  # an array handed over with more columns than this is not (samples, channels)
 TRUNCATION_SLACK = 0.01  # seconds a WAV may hold less than its header says
 PLAIN_WAV_FORMATS = (1, 3, 6, 7, 0xFFFE)  # PCM, float, A-law, µ-law, extensible: one block align per frame
 
@@ -111,6 +112,28 @@ def check_range(samples: np.ndarray, name: str) -> None:
     peak = float(max(samples.max(initial=0.0), -samples.min(initial=0.0)))  # no |samples| copy
     if peak > MAX_PEAK:
         raise AudioError(name, "range", f"samples out of range (peak {peak:.3g}); expected -1..1")
+
+
+def checked_samples(samples, name: str) -> np.ndarray:
+    """Samples a caller hands over (an array, not a file) → mono float32, passing the checks a file passes: a
+    numpy array of floats, (n,) or (n, channels) with up to MAX_CHANNELS channels (averaged, as a file's are),
+    not empty, finite, within -1..1 (`check_range`). AudioError naming `name` (e.g. "array 2") otherwise."""
+    if not isinstance(samples, np.ndarray):
+        raise AudioError(name, "unreadable", f"expected a numpy array of 16 kHz samples, got {type(samples).__name__}")
+    if not np.issubdtype(samples.dtype, np.floating):
+        raise AudioError(name, "unreadable", f"expected float samples in -1..1, got {samples.dtype} (int16 audio: "
+                                             "divide by 32768)")
+    if samples.ndim == 2 and 1 <= samples.shape[1] <= MAX_CHANNELS:
+        samples = samples.mean(axis=1, dtype=np.float32)
+    elif samples.ndim != 1:
+        raise AudioError(name, "unreadable", f"expected samples (n,) or (n, channels ≤ {MAX_CHANNELS}), got shape "
+                                             f"{samples.shape}")
+    if samples.size == 0:
+        raise AudioError(name, "empty", "audio has no samples")
+    if not np.isfinite(samples).all():
+        raise AudioError(name, "nonfinite", "audio contains NaN or infinite samples")
+    check_range(samples, name)
+    return np.ascontiguousarray(samples, dtype=np.float32)
 
 
 # ------------------------------------------------------------------------------------- resampling

@@ -292,7 +292,8 @@ class CTCPrefixBeams:
             self._step(x[:, t], blank_lp[:, t:t + 1], top_tok[:, t], top_lp[:, t])
 
     def _with_bonus(self, x: torch.Tensor) -> torch.Tensor:
-        """A frame's log-probabilities x (B, V) plus the hotword bonus each token would earn each prefix → (B, W, V)."""
+        """A frame's log-probabilities x (B, V) plus the hotword bonus each token would earn each prefix
+        → (B, W, V)."""
         B, V = x.shape
         tokens = torch.arange(V, device=x.device).expand(B, self.W, V)
         return x.unsqueeze(1) + self.context.step(self.ctx_state, tokens)[1]

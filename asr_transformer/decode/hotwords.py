@@ -8,7 +8,8 @@ units; the list's default otherwise); blank lines and lines starting with ``#`` 
     Saint Petersburg
     # a comment
 
-Reading a list needs no torch (an export's command line reads one too). A phrase is normalized as transcripts are, then spelled in the model's tokens: its pieces (sentencepiece), its
+Reading a list needs no torch (an export's command line reads one too).
+A phrase is normalized as transcripts are, then spelled in the model's tokens: its pieces (sentencepiece), its
 characters, Whisper's byte-level pieces (as written and with each word capitalized, since Whisper writes cased
 text), or, for a phone model, every pronunciation the lexicon gives (a word the lexicon lacks is refused).
 """
