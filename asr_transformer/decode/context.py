@@ -99,7 +99,7 @@ class ContextGraph:
         column = {t: i for i, t in enumerate(tokens)}
         S, C = len(self.nodes), len(tokens)
         nxt = [[0] * (C + 1) for _ in range(S)]
-        for node in range(S):  # breadth-first order is not needed: a goto or the fail's row, filled on demand
+        for node in range(S):  # the full transition function: a goto, else the fail chain's (`_goto`)
             for token in tokens:
                 nxt[node][column[token]] = self._goto(node, token, children)
         partial = [self.partial(i) for i in range(S)]
