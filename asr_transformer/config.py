@@ -183,14 +183,11 @@ class DecodeConfig:
 CTC_MODES = ("joint", "ctc", "ctc_beam", "maskctc", "rescore")  # decoding modes that read the CTC head
 
 
-def fit_decoding(cfg: "Config") -> str | None:
+def fit_decoding(cfg: "Config") -> None:
     """Make the decoding defaults run on the model they come with: a model without a CTC head (an imported or
-    fine-tuned Whisper) decodes by attention beam search where its config names a CTC mode. → what changed, or
-    None."""
-    if cfg.model.ctc or cfg.decode.mode not in CTC_MODES:
-        return None
-    before, cfg.decode.mode = cfg.decode.mode, "beam"
-    return f"decoding default mode {before} needs a CTC head, which this model has not: mode beam instead"
+    fine-tuned Whisper) decodes by attention beam search where its config names a CTC mode."""
+    if not cfg.model.ctc and cfg.decode.mode in CTC_MODES:
+        cfg.decode.mode = "beam"
 
 
 @dataclass

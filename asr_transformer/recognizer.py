@@ -239,9 +239,7 @@ class Recognizer:
         transcribe.MAX_SEGMENT). See `transcribe.transcribe`."""
         from asr_transformer.transcribe import MAX_SEGMENT, transcribe
 
-        if isinstance(audio, np.ndarray):
-            audio = checked_samples(audio, "array")
-        elif not isinstance(audio, (str, os.PathLike, bytes, bytearray)):
+        if not isinstance(audio, (np.ndarray, str, os.PathLike, bytes, bytearray)):  # arrays: transcribe checks them
             raise DecodeError(f"transcribe takes a path, the bytes of an audio file or an array of 16 kHz samples, "
                               f"got {type(audio).__name__}" + (" (several files: call it for each)"
                                                                if isinstance(audio, (list, tuple)) else ""))

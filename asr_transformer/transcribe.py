@@ -48,7 +48,8 @@ from typing import BinaryIO, Callable, Iterator, Union
 import numpy as np
 import soundfile as sf
 
-from asr_transformer.data.audio import SAMPLE_RATE, AudioError, check_complete, check_range, resample
+from asr_transformer.data.audio import (SAMPLE_RATE, AudioError, check_complete, check_range, checked_samples,
+                                        resample)
 
 
 
@@ -144,23 +145,17 @@ def audio_duration(source: AudioSource) -> float | None:
 def stream_audio(source: AudioSource, block_seconds: float = BLOCK_SECONDS) -> Iterator[np.ndarray]:
     """Yield `source` as consecutive mono float32 16 kHz blocks of about `block_seconds` each.
 
-    `source`: a path, the bytes of an audio file, or a 1-D float array already at 16 kHz. Only one
+    `source`: a path, the bytes of an audio file, or a float array already at 16 kHz ((n,) or (n, channels),
+    checked by `data.audio.checked_samples`). Only one
     block (plus resampling context) is in memory at a time. Raises AudioError naming the source when it
     cannot be read, holds no samples, NaN/inf or samples far out of -1..1, or is a truncated WAV.
     """
     name = _source_name(source)
     if isinstance(source, np.ndarray):
-        if source.ndim != 1:
-            raise AudioError(name, "unreadable", f"expected a 1-D array of 16 kHz samples, got shape {source.shape}")
+        samples = checked_samples(source, name)  # the arrays' gate: float, channels averaged, finite, in range
         n = max(1, int(block_seconds * SAMPLE_RATE))
-        if source.size == 0:
-            raise AudioError(name, "empty", "audio has no samples")
-        for i in range(0, len(source), n):
-            block = np.asarray(source[i:i + n], dtype=np.float32)
-            if not np.isfinite(block).all():
-                raise AudioError(name, "nonfinite", "audio contains NaN or infinite samples")
-            check_range(block, name)
-            yield block
+        for i in range(0, len(samples), n):
+            yield samples[i:i + n]
         return
 
     f = _open(source, name)

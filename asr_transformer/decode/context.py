@@ -51,7 +51,6 @@ class ContextGraph:
             if tokens:
                 key = tuple(int(t) for t in tokens)
                 best[key] = max(score, best.get(key, float("-inf")))
-        self.sequences = best
         self.vocab_size = vocab_size
         self.nodes, children = [_Node()], [{}]
         for tokens, score in best.items():
