@@ -24,11 +24,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .errors import UserError
 from .fileio import atomic_open, write_json
-from .text import NormalizerConfig, normalize
+from .text import NormalizerConfig, normalize, text_normalizer
+
+# What scoring normalizes texts with: the toolkit's normalizer options, any text → text function (e.g.
+# `text.text_normalizer("whisper")`), or None to compare texts as written.
+Normalizer = NormalizerConfig | Callable[[str], str] | None
 
 FORMAT_VERSION = 1
 
@@ -330,10 +334,12 @@ def _table(title: str, unit: str, n_snt: int, n_err_snt: int, c: ErrorCounts) ->
     )
 
 
-def score_utterance(utt_id: str, ref: str, hyp: str, normalizer: NormalizerConfig | None = None) -> UttScore:
+def score_utterance(utt_id: str, ref: str, hyp: str, normalizer: Normalizer = None) -> UttScore:
     """Normalize (if asked), split on whitespace, align words, and count words and characters."""
-    if normalizer is not None:
+    if isinstance(normalizer, NormalizerConfig):
         ref, hyp = normalize(ref, normalizer), normalize(hyp, normalizer)
+    elif normalizer is not None:
+        ref, hyp = normalizer(ref), normalizer(hyp)
     ref_words, hyp_words = ref.split(), hyp.split()
     ref, hyp = " ".join(ref_words), " ".join(hyp_words)
     alignment = align(ref_words, hyp_words)
@@ -347,9 +353,9 @@ def score_utterance(utt_id: str, ref: str, hyp: str, normalizer: NormalizerConfi
     )
 
 
-def score(pairs: Iterable[tuple[str, str, str]], normalizer: NormalizerConfig | None = None) -> Report:
+def score(pairs: Iterable[tuple[str, str, str]], normalizer: Normalizer = None) -> Report:
     """Score ``(utt_id, ref, hyp)`` triples. Without a normalizer, texts are only split on
-    whitespace; pass the tokenizer's `NormalizerConfig` to compare normalized text."""
+    whitespace; pass the tokenizer's `NormalizerConfig` (or another `Normalizer`) to compare normalized text."""
     return Report([score_utterance(i, r, h, normalizer) for i, r, h in pairs])
 
 
@@ -394,20 +400,35 @@ def _hyp_record(line: str, where: str, seen: dict[str, str]) -> tuple[str, str, 
     return uid, rec["ref"], rec["text"]
 
 
-def score_dir(decode_dir: str | Path, normalizer: NormalizerConfig | None = NormalizerConfig()) -> Report:
+def score_dir(decode_dir: str | Path, normalizer: NormalizerConfig | None = NormalizerConfig(),
+              scheme: str = "toolkit") -> Report:
     """Score ``<decode_dir>/hyp.jsonl``; write ``result.txt``, ``alignments.txt``, ``result.json``.
 
-    Both texts are normalized with `normalizer` (default: the default `NormalizerConfig`;
-    pass the tokenizer's, or None to compare texts as written).
+    Both texts are normalized by `scheme` (`text.NORMALIZERS`): toolkit with `normalizer` (default: the default
+    `NormalizerConfig`; pass the tokenizer's, or None to compare texts as written), whisper with Whisper's English
+    normalizer, whose reports are ``result_whisper.txt``, ``alignments_whisper.txt``, ``result_whisper.json``.
     """
     decode_dir = Path(decode_dir)
-    report = score(read_hyp_jsonl(decode_dir / "hyp.jsonl"), normalizer)
-    with atomic_open(decode_dir / "result.txt") as f:
-        f.write(report.summary_table(title=decode_dir.name))
-    with atomic_open(decode_dir / "alignments.txt") as f:
+    rewrite = normalizer if scheme == "toolkit" else text_normalizer(scheme)
+    report = score(read_hyp_jsonl(decode_dir / "hyp.jsonl"), rewrite)
+    suffix = "" if scheme == "toolkit" else f"_{scheme}"
+    with atomic_open(decode_dir / f"result{suffix}.txt") as f:
+        f.write(report.summary_table(title=f"{decode_dir.name}{suffix}"))
+    with atomic_open(decode_dir / f"alignments{suffix}.txt") as f:
         f.write(report.alignments_text())
-    write_json(decode_dir / "result.json", report.to_json())
+    write_json(decode_dir / f"result{suffix}.json", {**report.to_json(), "normalizer": scheme})
     return report
+
+
+def score_decoding(decode_dir: str | Path, normalizer: NormalizerConfig | None = NormalizerConfig()) -> tuple[Report,
+                                                                                                           Report]:
+    """The two reports of a decoding (`score_dir`): texts normalized by `normalizer` (result.*), and by Whisper's
+    English normalizer (result_whisper.*), which counts words, not spelling ("15" for "fifteen")."""
+    return score_dir(decode_dir, normalizer), score_dir(decode_dir, scheme="whisper")
+
+
+def whisper_line(report: Report) -> str:
+    return f"Whisper's English normalizer: WER {100 * report.wer:.2f} %, CER {100 * report.cer:.2f} %"
 
 
 # A line of sclite's trn format: the words, then the utterance id in parentheses.
@@ -453,7 +474,7 @@ def _listed(ids: list[str]) -> str:
 
 
 def score_files(ref_path: str | Path, hyp_path: str | Path,
-                normalizer: NormalizerConfig | None = NormalizerConfig()) -> tuple[Report, list[str]]:
+                normalizer: Normalizer = NormalizerConfig()) -> tuple[Report, list[str]]:
     """Score the hypotheses in `hyp_path` against the references in `ref_path` (each Kaldi text or trn, see
     `read_transcripts`), in the reference's order, normalized as `score_dir` normalizes.
 

@@ -2,6 +2,10 @@
 
     >>> normalize("Don't stop — twenty-one, OK?!", NormalizerConfig())
     "don't stop twenty one ok"
+
+Scoring can also use Whisper's English normalizer (`text_normalizer("whisper")`), as the Open ASR Leaderboard
+does: it also writes numbers as digits, British spellings as American ones and expands contractions, so "fifteen"
+and "15", "colour" and "color" count as the same word and a score measures words, not spelling.
 """
 
 from __future__ import annotations
@@ -9,8 +13,14 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, fields
+from functools import cache, partial
+from typing import Callable
 
 FORMAT_VERSION = 1
+
+# How scoring rewrites texts before comparing words: this module's `normalize` with the tokenizer's options,
+# Whisper's English normalizer, or not at all (split on whitespace).
+NORMALIZERS = ("toolkit", "whisper", "none")
 
 # Typographic apostrophes written for "'" (right single quote, modifier letter apostrophe, ...).
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"})
@@ -74,3 +84,21 @@ def normalize(text: str, cfg: NormalizerConfig = NormalizerConfig()) -> str:
     if cfg.collapse_whitespace:
         return " ".join(text.split())
     return text.strip()
+
+
+def text_normalizer(name: str = "toolkit", cfg: "NormalizerConfig | None" = None) -> Callable[[str], str]:
+    """The rewrite `name` (one of NORMALIZERS) applies; toolkit uses `cfg` (default: the default options)."""
+    if name == "toolkit":
+        return partial(normalize, cfg=cfg or NormalizerConfig())
+    if name == "whisper":
+        return _whisper_english()
+    if name == "none":
+        return lambda text: text
+    raise ValueError(f"unknown text normalizer {name!r}; choose from {', '.join(NORMALIZERS)}")
+
+
+@cache
+def _whisper_english() -> Callable[[str], str]:
+    from whisper_normalizer.english import EnglishTextNormalizer  # PyPI's packaging of Whisper's normalizer
+
+    return EnglishTextNormalizer()

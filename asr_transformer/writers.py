@@ -166,9 +166,11 @@ def write_decoding(folder: str | os.PathLike, utts, nbests: list, text: Callable
                    seconds: dict, about: dict, normalizer=None, score: bool = True) -> dict:
     """All a decoding of a manifest in one mode writes into `folder`: `write_hypotheses`, `rtf.json` (utterances,
     audio, decoding and feature seconds and their real-time factors, then `about`: what decided the hypotheses)
-    and, with `score`, the scoring reports (whose summary table is printed).
+    and, with `score`, the scoring reports (whose summary table is printed), by the tokenizer's normalizer and by
+    Whisper's English normalizer (`result_whisper.json`: words, not spelling).
 
-    seconds: {"audio", "decode", "features"}. → {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}.
+    seconds: {"audio", "decode", "features"}. → {"dir", "rtf", "decode_seconds", "audio_seconds",
+    ["wer", "cer", "wer_whisper", "cer_whisper"]}.
     """
     from .fileio import write_json
 
@@ -181,11 +183,12 @@ def write_decoding(folder: str | os.PathLike, utts, nbests: list, text: Callable
         "feature_rtf": features / max(audio, 1e-9), **about})
     summary = {"dir": str(folder), "rtf": rtf, "decode_seconds": decode, "audio_seconds": audio}
     if score:
-        from .scoring import score_dir
+        from .scoring import score_decoding, whisper_line
 
-        report = score_dir(folder, normalizer=normalizer)
-        summary.update(wer=report.wer, cer=report.cer)
+        report, whisper = score_decoding(folder, normalizer)
+        summary.update(wer=report.wer, cer=report.cer, wer_whisper=whisper.wer, cer_whisper=whisper.cer)
         print(report.summary_table(title=f"{about.get('mode')}  {folder}"))
+        print(whisper_line(whisper))
     return summary
 
 

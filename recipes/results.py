@@ -76,6 +76,8 @@ def decodings(decode_dir: Path) -> list[tuple[str, dict, dict]]:
     rows = []
     for d in dirs:
         result = json.loads((d / "result.json").read_text())
+        if (d / "result_whisper.json").exists():  # scored by Whisper's English normalizer too
+            result["whisper"] = json.loads((d / "result_whisper.json").read_text())
         rtf = json.loads((d / "rtf.json").read_text()) if (d / "rtf.json").exists() else {}
         rows.append((describe_decoding(rtf, d.name), result, rtf))
     return rows
@@ -291,8 +293,8 @@ def section(recipe: Path, exp: Path) -> str:
         lines.append(f"- Pretraining (`{pre_conf}`; this model starts from its {taken} in `{init}`): "
                      f"{training_summary(pre_log, pre_cfg['train'])}")
     cpu = f"{short_cpu_name()}, {os.cpu_count()} cores"
-    lines += ["", "| set | decoding | CER % | WER % | RTF | epochs | training | CPU |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| set | decoding | CER % | WER % | WER % (Whisper's normalizer) | RTF | epochs | training | CPU |",
+              "|---|---|---|---|---|---|---|---|---|"]
     dropped = False
     for decode_dir in sorted(exp.glob("decode_*")):
         name = decode_dir.name.removeprefix("decode_").split("_")[0]
@@ -305,7 +307,8 @@ def section(recipe: Path, exp: Path) -> str:
             if zero_shot:  # the imported model as it came: not trained here
                 mode = f"{mode} (beam {rtf.get('options', {}).get('beam')}), zero-shot{_window(recipe / rtf['model'])}"
                 trained = ("–", "–")
-            lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | "
+            whisper = f"{100 * result['whisper']['wer']:.2f}" if "whisper" in result else "–"
+            lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {whisper} | "
                          f"{rtf.get('rtf', float('nan')):.4f} | {trained[0]} | {trained[1]} | {cpu} |")
     lines += streaming_table(exp, cpu)
     if dropped:

@@ -7,7 +7,7 @@ import pytest
 from asr_transformer.scoring import (
     C, D, I, S, ErrorCounts, Report, align, read_hyp_jsonl, score, score_dir,
 )
-from asr_transformer.text import NormalizerConfig
+from asr_transformer.text import NormalizerConfig, text_normalizer
 
 VOCAB = "a an the cat cats sat on mat dog dogs ran to it is".split()
 
@@ -170,6 +170,21 @@ def test_score_dir_writes_reports(tmp_path):
     saved = json.loads((tmp_path / "result.json").read_text())
     assert Report.from_json(saved) == report
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_whisper_normalizer_scores_words_not_spelling(tmp_path):
+    pairs = [("u1", "Fifteen colours, Mr. Smith.", "15 colors mister smith"), ("u2", "It's late.", "It is late")]
+    assert score(pairs, NormalizerConfig()).words.errors == 5  # fifteen/15, colours/colors, mr/mister, it's → it is
+    assert score(pairs, text_normalizer("whisper")).words.errors == 0
+    with open(tmp_path / "hyp.jsonl", "w") as f:
+        for utt_id, ref, hyp in pairs:
+            f.write(json.dumps({"id": utt_id, "text": hyp, "ref": ref}) + "\n")
+    toolkit, whisper = score_dir(tmp_path), score_dir(tmp_path, scheme="whisper")
+    assert toolkit.wer > 0 and whisper.wer == 0
+    saved = json.loads((tmp_path / "result_whisper.json").read_text())
+    assert saved["normalizer"] == "whisper" and saved["wer"] == 0
+    assert json.loads((tmp_path / "result.json").read_text())["wer"] == toolkit.wer  # both reports kept
+    assert (tmp_path / "alignments_whisper.txt").exists()
 
 
 def test_missing_ref_names_file_and_line(tmp_path):
