@@ -290,6 +290,26 @@ def resample(
     typer.echo(f"wrote {out}: {n} utterances at {rate} Hz")
 
 
+@app.command()
+def join(
+    manifest: Path = typer.Argument(..., help="A JSONL manifest, in the order its utterances were spoken."),
+    out: Path = typer.Argument(..., help="Manifest to write."),
+    min_seconds: float = typer.Option(10.0, min=0.1, help="Shortest target length of an example."),
+    max_seconds: float = typer.Option(30.0, min=0.1, help="Longest example (Whisper's window is 30 s)."),
+    gap: float = typer.Option(0.3, min=0.0, help="Seconds of silence between joined utterances."),
+    audio_dir: Optional[Path] = typer.Option(None, help="Where the joined audio goes (default: joined beside OUT)."),
+    seed: int = typer.Option(0, help="Seed of the drawn target lengths."),
+):
+    """Join consecutive utterances of one speaker into longer training examples (FLAC), each up to a length drawn
+    between --min-seconds and --max-seconds: fine-tuning Whisper on them keeps its long, multi-sentence outputs."""
+    from asr_transformer.data.joining import join_manifest
+
+    if min_seconds > max_seconds:
+        _fail(f"--min-seconds {min_seconds:g} is above --max-seconds {max_seconds:g}")
+    n = join_manifest(manifest, out, min_seconds, max_seconds, gap, audio_dir, seed=seed)
+    typer.echo(f"wrote {out}: {n} examples")
+
+
 @app.command("export-kaldi")
 def export_kaldi(
     manifest: Path = typer.Argument(..., help="A manifest (JSONL, or NeMo's)."),
@@ -411,14 +431,15 @@ def average(
     exp: Path = typer.Argument(..., exists=True, file_okay=False, help="Experiment folder (of `asr train`)."),
     out: Path = typer.Option(..., "--out", "-o", help="Model package to write."),
     best: int = typer.Option(5, help="Average the N best checkpoints by --by."),
-    by: str = typer.Option("valid_loss", help="valid_loss, valid_cer or valid_acc."),
+    by: str = typer.Option("valid_loss", help="valid_loss, valid_cer, valid_wer or valid_acc (as logged)."),
     last: int = typer.Option(0, help="Average the N last epochs instead (0: use --best)."),
 ):
     """Average checkpoints into one model package (config, tokenizer, CMVN, weights)."""
+    from asr_transformer.config import BEST_METRICS
     from asr_transformer.package import average_checkpoints
 
-    if by not in ("valid_loss", "valid_cer", "valid_acc"):
-        _fail(f"--by {by}: choose valid_loss, valid_cer or valid_acc")
+    if by not in BEST_METRICS:
+        _fail(f"--by {by}: choose {', '.join(BEST_METRICS)}")
     used = average_checkpoints(exp, out, best=best, by=by, last=last)
     typer.echo(f"{out}: averaged {len(used)} checkpoints: {', '.join(p.name for p in used)}")
 
@@ -699,16 +720,23 @@ def score(
                                       "hyp.jsonl, or sub-folders that do), or REF: the references HYP is scored against."),
     hyp: Optional[Path] = typer.Argument(None, metavar="HYP", help="Hypotheses, as REF: Kaldi text (`<id> <words>`) "
                                          "or sclite trn (`<words> (<id>)`, or any file named *.trn)."),
+    normalizer: str = typer.Option("toolkit", help="How texts are normalized: toolkit (lower case, punctuation "
+                                   "removed; a folder also gets Whisper's reports), whisper (Whisper's English "
+                                   "normalizer: also numbers, spellings, contractions; result_whisper.*) or none (as "
+                                   "written; result_none.*)."),
 ):
     """WER/CER/SER with an sclite-style summary and per-utterance alignments (in the decode folder). Two files,
     REF and HYP, are scored as Kaldi's compute-wer and sclite score them, with the same normalization as a decode
     folder: an utterance of REF missing from HYP counts as deleted; a HYP id not in REF is an error."""
-    from asr_transformer.scoring import score_dir, score_files
+    from asr_transformer.scoring import score_decoding, score_dir, score_files, whisper_line
+    from asr_transformer.text import NORMALIZERS, NormalizerConfig, text_normalizer
 
+    if normalizer not in NORMALIZERS:
+        _fail(f"--normalizer {normalizer}: choose from {', '.join(NORMALIZERS)}")
     if hyp is not None:
         if decode_dir.is_dir():
             _fail(f"{decode_dir}: a folder; with HYP, REF is a file of references (Kaldi text or trn)")
-        report, missing = score_files(decode_dir, hyp)
+        report, missing = score_files(decode_dir, hyp, text_normalizer(normalizer))
         if missing:
             typer.echo(f"{len(missing)} utterance(s) of {decode_dir} are not in {hyp}: counted as deletions", err=True)
         typer.echo(report.summary_table(title=str(hyp)))
@@ -719,9 +747,12 @@ def score(
     if not dirs:
         _fail(f"{decode_dir}: no hyp.jsonl here or in its sub-folders")
     for d in dirs:
-        report = score_dir(d)
         typer.echo(f"== {d}")
-        typer.echo(report.summary_table())
+        if normalizer == "toolkit":  # and Whisper's beside it, as a decoding scores
+            report, whisper = score_decoding(d)
+            typer.echo(report.summary_table() + whisper_line(whisper))
+        else:
+            typer.echo(score_dir(d, NormalizerConfig(), normalizer).summary_table())
 
 # ------------------------------------------------------------------------------- transcribe
 

@@ -121,6 +121,9 @@ def max_output_tokens(m: ModelConfig) -> int | None:
     return m.max_target_positions - len(m.decoder_prompt) - 1 if m.positions == "whisper" else None
 
 
+BEST_METRICS = ("valid_loss", "valid_cer", "valid_wer", "valid_acc")  # how epochs are ranked; acc: higher is better
+
+
 @dataclass
 class TrainConfig:
     max_epochs: int = 50
@@ -136,7 +139,8 @@ class TrainConfig:
     accum_grad: int = 1
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only) | auto (bf16 where the CPU has AMX or on GPUs)
     keep_best: int = 5
-    best_metric: str = "valid_loss"  # valid_loss | valid_cer | valid_acc
+    # valid_loss | valid_cer (CTC greedy) | valid_wer (attention greedy, decoded each epoch) | valid_acc
+    best_metric: str = "valid_loss"
     checkpoint_minutes: float = 30.0
     seed: int = 1
     scheduled_sampling: float = 0.0  # final probability of feeding the decoder its own prediction
@@ -148,6 +152,11 @@ class TrainConfig:
     init_modules: list[str] = field(default_factory=list)
     # parameter-name prefixes left as they start, e.g. [encoder] to fine-tune only the decoder
     freeze_modules: list[str] = field(default_factory=list)
+    # LoRA (model/lora.py): train only a rank-`lora_rank` update of each Linear layer whose name holds one of
+    # `lora_modules`, scaled by lora_alpha / lora_rank; checkpoints hold the merged weights. 0: every weight trains
+    lora_rank: int = 0
+    lora_alpha: float = 32.0
+    lora_modules: list[str] = field(default_factory=lambda: ["attn", "ffn"])
 
 
 @dataclass
@@ -348,9 +357,10 @@ RANGES = [
     ("train.accum_grad", lambda v: v >= 1, "≥ 1"),
     ("train.precision", lambda v: v in ("auto", "fp32", "bf16", "fp16"), "auto, fp32, bf16 or fp16"),
     ("train.keep_best", lambda v: v >= 0, "≥ 0 (0: keep every epoch)"),
-    ("train.best_metric", lambda v: v in ("valid_loss", "valid_cer", "valid_acc"),
-     "valid_loss, valid_cer or valid_acc"),
+    ("train.best_metric", lambda v: v in BEST_METRICS, ", ".join(BEST_METRICS)),
     ("train.checkpoint_minutes", lambda v: v >= 0, "≥ 0"),
+    ("train.lora_rank", lambda v: v >= 0, "≥ 0 (0: no LoRA)"),
+    ("train.lora_alpha", lambda v: v > 0, "> 0"),
     ("train.scheduled_sampling", _probability, "in [0, 1]"),
     ("train.log_interval", lambda v: v >= 1, "≥ 1"),
     ("decode.beam", lambda v: v >= 1, "≥ 1"),

@@ -12,6 +12,7 @@ import torch
 
 from asr_transformer.checkpoint_io import CheckpointError
 from asr_transformer.errors import UserError
+from asr_transformer.model.lora import is_lora_tensor
 from asr_transformer.package import read_package
 
 CMVN_BUFFERS = ("cmvn_mean", "cmvn_istd")
@@ -36,7 +37,7 @@ def load_pretrained(model: torch.nn.Module, path: str, modules: list[str]) -> li
     except CheckpointError as e:
         raise PretrainedError(f"train.init_from: {e}") from None
     own = model.state_dict()
-    names = [n for n in own if n not in CMVN_BUFFERS and _under(n, modules)]
+    names = [n for n in own if n not in CMVN_BUFFERS and not is_lora_tensor(n) and _under(n, modules)]
     for prefix in modules:
         if not any(_under(n, [prefix]) for n in names):
             raise PretrainedError(f"train.init_modules: {prefix!r} names no parameter of this model "

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from asr_transformer.config import Config, save_config, to_dict
+from asr_transformer.config import Config, TrainConfig, save_config, to_dict
 from asr_transformer.data.features import CMVNAccumulator, fbank, load_cmvn, save_cmvn
 from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, filter_utterances, make_loader,
                                          utterance_frames)
@@ -41,6 +41,7 @@ from asr_transformer.threads import cpu_threads
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import atomic_open, write_json
 from asr_transformer.model.asr import ASRModel
+from asr_transformer.model.lora import add_lora, merged_state_dict
 from asr_transformer.package import DATA_SUMMARY, resolve_precision
 from asr_transformer.train import experiment
 from asr_transformer.train.pretrained import PretrainedError, load_pretrained
@@ -159,13 +160,16 @@ def _check_precision(precision: str, dev: torch.device) -> None:
 
 
 @torch.no_grad()
-def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: str, mask_ctc: bool = False) -> dict:
-    """Dev-set losses, decoder token accuracy and CTC-greedy CER (%)."""
+def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: str, mask_ctc: bool = False,
+             greedy_wer: bool = False) -> dict:
+    """Dev-set losses, decoder token accuracy, CTC-greedy CER (%) and, with `greedy_wer`, the WER (%) of greedy
+    attention decoding (what early stopping on dev WER ranks epochs by)."""
+    from asr_transformer.decode.greedy import greedy_search
     from asr_transformer.scoring import score
 
     model.eval()
     totals: dict[str, float] = {}
-    utts, tokens, pairs = 0, 0, []
+    utts, tokens, pairs, decoded = 0, 0, [], []
     for batch in loader:
         batch = batch.to(device)
         with autocast(device, precision):
@@ -180,12 +184,17 @@ def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: s
         if model.cfg.ctc_weight > 0:
             for utt_id, ids, ref in zip(batch.ids, model.ctc_greedy(enc.float(), enc_lens), batch.texts):
                 pairs.append((utt_id, ref, tokenizer.decode(ids)))
+        if greedy_wer:
+            for utt_id, nbest, ref in zip(batch.ids, greedy_search(model, enc.float(), enc_lens), batch.texts):
+                decoded.append((utt_id, ref, tokenizer.decode(nbest[0].tokens)))
         utts, tokens = utts + n, tokens + t
     metrics = {f"valid_{k}": v / utts for k, v in totals.items() if k != "acc"}
     if "acc" in totals:
         metrics["valid_acc"] = totals["acc"] / tokens
     if pairs:
         metrics["valid_cer"] = 100.0 * score(pairs).cer
+    if decoded:
+        metrics["valid_wer"] = 100.0 * score(decoded, tokenizer.normalizer).wer
     return metrics
 
 
@@ -444,6 +453,17 @@ def _freeze(model: ASRModel, prefixes: list[str], say) -> list[torch.nn.Paramete
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def _add_lora(model: ASRModel, tc: TrainConfig, say) -> None:
+    """Freeze the model but a LoRA update of the layers `tc.lora_modules` names (model/lora.py)."""
+    try:
+        layers = add_lora(model, tc.lora_modules, tc.lora_rank, tc.lora_alpha)
+    except ValueError as e:
+        raise TrainError(str(e)) from None
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    say(f"LoRA: rank {tc.lora_rank} on {len(layers)} Linear layers ({', '.join(tc.lora_modules)}): "
+        f"{trained / 1e6:.2f} M parameters trained, the rest frozen")
+
+
 def _build_model(run: _Run, mean, std) -> None:
     """The model (with the CMVN, on the device), its optimizer, loss scaler and learning-rate schedule."""
     cfg, tc, dev = run.cfg, run.cfg.train, run.dev
@@ -453,6 +473,8 @@ def _build_model(run: _Run, mean, std) -> None:
     run.say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device "
             f"{dev}, precision {run.precision}{' (train.precision=auto)' if tc.precision == 'auto' else ''}")
     _check_precision(run.precision, dev)
+    if tc.lora_rank:
+        _add_lora(model, tc, run.say)
     trained = _freeze(model, tc.freeze_modules, run.say)
     # fused: one kernel over all parameters instead of ~8 small ops per tensor (9 % of a CPU step)
     run.model, run.optimizer = model, torch.optim.Adam(trained, lr=tc.lr, betas=(0.9, 0.98), eps=1e-9,
@@ -641,7 +663,8 @@ def end_epoch(run: _Run, epoch: _Epoch) -> None:
     # every rank takes rank 0's clock: the time budget must stop them all after the same epoch
     epoch_seconds, state.elapsed = dist.from_main(epoch_seconds, epoch.elapsed_before + epoch_seconds)
     if dist.main:
-        metrics = validate(run.model, run.dev_loader, run.tokenizer, run.dev, run.precision, tc.mask_ctc)
+        metrics = validate(run.model, run.dev_loader, run.tokenizer, run.dev, run.precision, tc.mask_ctc,
+                           greedy_wer=tc.best_metric == "valid_wer")
     dist.barrier()
     record = None
     if dist.main:
@@ -720,7 +743,7 @@ def _epoch_line(record: dict) -> str:
 
 def _save_epoch(ckpt_dir: Path, epoch: int, model: ASRModel, cfg: Config, tokenizer: Tokenizer, metrics: dict) -> None:
     save_checkpoint(ckpt_dir / f"epoch_{epoch}.pt", {
-        "weights": model.state_dict(), "config": to_dict(cfg), "metrics": metrics, "epoch": epoch,
+        "weights": merged_state_dict(model), "config": to_dict(cfg), "metrics": metrics, "epoch": epoch,
         "tokenizer_model": torch.frombuffer(bytearray(tokenizer.model_bytes), dtype=torch.uint8),
         "tokenizer_meta": tokenizer.meta()}, format="asr-epoch")
 
