@@ -383,3 +383,13 @@ def test_frozen_modules_keep_their_weights_and_the_rest_trains(tone_corpus, tmp_
     assert not torch.allclose(frozen["decoder.layers.0.self_attn.q.weight"], start["decoder.layers.0.self_attn.q.weight"])
     with pytest.raises(TrainError, match="'encoders' names no parameter"):
         run(tone_corpus, tmp_path / "c", ["train.max_epochs=1", "train.freeze_modules=[encoders]"])
+
+
+def test_without_a_terminal_training_prints_progress_lines(tone_corpus, tmp_path, monkeypatch, capsys):
+    """A run whose output goes to a log (no progress bar) still says where it is, every LOG_LINE_SECONDS."""
+    from asr_transformer.train import trainer
+
+    monkeypatch.setattr(trainer, "LOG_LINE_SECONDS", 0.0)
+    run(tone_corpus, tmp_path / "exp", ["train.max_epochs=1"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch 1/1, batch ")]
+    assert lines and all(" loss " in line and " s/s" in line for line in lines)

@@ -285,6 +285,9 @@ class _Run:
         self.last_save = time.monotonic()
 
 
+LOG_LINE_SECONDS = 60.0  # without a terminal, a progress line this often
+
+
 @dataclass
 class _Epoch:
     """One epoch's counters while it runs (what survives a resume is in Progress)."""
@@ -297,6 +300,7 @@ class _Epoch:
     frames_done: int = 0  # feature frames trained on in this call
     last_norm: float | None = None  # the last finite gradient norm
     shown: float = 0.0  # time.monotonic() when the progress bar's line was last written
+    logged: float = 0.0  # ... and when a progress line was last printed (no terminal: a log file)
     # on the device, read by `_flush` every train.log_interval steps, not every batch (a read waits for the GPU)
     losses: list = field(default_factory=list)  # each batch's loss (0-d tensors)
     norms: list = field(default_factory=list)  # each optimizer step's gradient norm (non-finite: skipped)
@@ -528,6 +532,7 @@ def run_epoch(run: _Run) -> _Epoch | None:
     # the epochs' batch counts differ by ~1 %, so the decay ends up to ~1 % of the steps early or late)
     epoch = _Epoch(n_batches=len(run.sampler.batches(state.epoch)), total_steps=run.steps_per_epoch * run.epochs(),
                    started=time.monotonic(), elapsed_before=state.elapsed)
+    epoch.logged = epoch.started
     with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
         task = bar.add_task(f"epoch {state.epoch + 1}/{run.epochs()}", total=epoch.n_batches,
                             completed=state.batch, info="")
@@ -628,8 +633,12 @@ def _report(run: _Run, epoch: _Epoch, bar, task, tensorboard: bool) -> None:
     _flush(run, epoch)
     rate = epoch.frames_done / max(1e-9, time.monotonic() - epoch.started)
     lr = run.optimizer.param_groups[0]["lr"]
-    bar.update(task, info=f"loss {state.epoch_loss / max(1, state.epoch_batches):.3f} lr {lr:.2e} "
-                          f"{rate * run.cfg.features.frame_shift_ms / 1000:.0f} s/s")
+    info = (f"loss {state.epoch_loss / max(1, state.epoch_batches):.3f} lr {lr:.2e} "
+            f"{rate * run.cfg.features.frame_shift_ms / 1000:.0f} s/s")
+    bar.update(task, info=info)
+    if bar.disable and run.dist.main and epoch.shown - epoch.logged >= LOG_LINE_SECONDS:  # a log, not a terminal
+        epoch.logged = epoch.shown
+        run.say(f"epoch {state.epoch + 1}/{run.epochs()}, batch {state.batch}/{epoch.n_batches}: {info}")
     new_batches = state.epoch_batches - before[1]
     if tensorboard and run.writer is not None and new_batches:
         run.writer.add_scalar("train/loss", (state.epoch_loss - before[0]) / new_batches, state.step)
