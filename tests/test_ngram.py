@@ -408,6 +408,26 @@ def test_word_lm_scores_each_word_where_it_ends(tmp_path):
         WordBoundaryLM(pieces, token_lm, 1.0)
 
 
+def test_word_lm_reads_words_from_pieces_with_case_and_punctuation(tmp_path):
+    """Whisper's pieces carry case and punctuation ("▁Hello", ","): the word LM scores the normalized words, a
+    piece of punctuation alone is no word, and a hyphenated word counts as the words it normalizes to."""
+    from asr_transformer.decode.word_lm import WordBoundaryLM
+
+    pieces = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁Hello", ",", "▁world", ".", "▁-", "▁twenty-one"]
+    HELLO, COMMA, WORLD, STOP, DASH, TWENTY_ONE = range(5, 11)
+    word_lm = train_ngram([[5, 6], [5, 6, 7, 8], [7, 8]], 9, order=3)
+    word_lm.write_arpa(tmp_path / "w.arpa", ["<blank>", "<unk>", "<s>", "</s>", "<mask>", "hello", "world",
+                                             "twenty", "one"])
+    word_lm = NgramLM.read_arpa(tmp_path / "w.arpa", None)
+    lp = word_lm.log_prob
+    fused = WordBoundaryLM(pieces, word_lm, 0.5)
+    expected = lp([SOS], 5) + lp([SOS, 5], 6) + lp([SOS, 5, 6], EOS)
+    assert fused.sentence_log_prob([HELLO, COMMA, WORLD, STOP]) == pytest.approx(0.5 * expected, abs=1e-5)
+    assert fused.sentence_log_prob([HELLO, DASH, WORLD]) == pytest.approx(0.5 * expected, abs=1e-5)
+    expected = lp([SOS], 7) + lp([SOS, 7], 8) + lp([SOS, 7, 8], EOS)
+    assert fused.sentence_log_prob([TWENTY_ONE]) == pytest.approx(0.5 * expected, abs=1e-5)
+
+
 # ------------------------------------------------------------------------------- the binary (array) LM
 
 

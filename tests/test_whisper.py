@@ -177,6 +177,9 @@ def test_tokenizer_shifts_ids_and_round_trips(reference, tmp_path):
     ids = tokenizer.encode(text)
     assert tokenizer.decode([SOS] + ids + [NUM_SPECIAL + special["<|endoftext|>"], EOS]) == text
     assert tokenizer.vocab_size == cfg.model.vocab_size
+    pieces = tokenizer.word_pieces(ids)  # what a word LM reads: "▁" where a word starts
+    assert "".join(pieces).replace("▁", " ").strip() == text and pieces[0].startswith("▁")
+    assert tokenizer.word_pieces([SOS, NUM_SPECIAL + special["<|endoftext|>"]]) == ["", ""]
     again = load_tokenizer(tmp_path / "tok")
     assert again.encode(text) == ids and again.model_options() == tokenizer.model_options()
 

@@ -116,6 +116,10 @@ class Tokenizer:
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self.sp.id_to_piece(int(i)) for i in ids]
 
+    def word_pieces(self, ids: Iterable[int]) -> list[str]:
+        """Each id's piece, "▁" marking a word start (decode/word_lm.py reads words from these)."""
+        return self.pieces(ids)
+
 
 def train_tokenizer(
     texts: Iterable[str],

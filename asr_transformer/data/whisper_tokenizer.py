@@ -109,6 +109,16 @@ class WhisperTokenizer:
         pieces = [int(i) - NUM_SPECIAL for i in ids]
         return self.bpe.decode([i for i in pieces if 0 <= i < self.eot]).strip()
 
+    def word_pieces(self, ids: Iterable[int]) -> list[str]:
+        """Each id's text, a leading space written "▁" as sentencepiece marks a word start ("▁Hello", ","); ""
+        for the specials and the ids from <|endoftext|> on (decode/word_lm.py reads words from these)."""
+        texts = []
+        for i in ids:
+            whisper = int(i) - NUM_SPECIAL
+            text = self.bpe.decode([whisper]) if 0 <= whisper < self.eot else ""
+            texts.append("▁" + text[1:] if text.startswith(" ") else text)
+        return texts
+
     def pieces(self, ids: Iterable[int]) -> list[str]:
         names = {0: "<blank>", 1: "<unk>", 2: "<sos>", 3: "<eos>", 4: "<mask>"}
         return [names[int(i)] if int(i) < NUM_SPECIAL else (self.bpe.id_to_token(int(i) - NUM_SPECIAL) or "<|ts|>")

@@ -237,8 +237,8 @@ def fusion_lm(tokenizer, token_lm=None, lm_weight: float = DecodeConfig.lm_weigh
         from asr_transformer.decode.lexicon_lm import LexiconLM
 
         return LexiconLM(tokenizer, word_lm, word_lm_weight, token_lm, lm_weight), 1.0
-    return WordBoundaryLM(tokenizer.pieces(range(tokenizer.vocab_size)), word_lm, word_lm_weight, token_lm,
-                          lm_weight), 1.0
+    return WordBoundaryLM(tokenizer.word_pieces(range(tokenizer.vocab_size)), word_lm, word_lm_weight, token_lm,
+                          lm_weight, tokenizer.normalizer), 1.0
 
 
 def transcriber(tokenizer, lm=None):

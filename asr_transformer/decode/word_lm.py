@@ -5,8 +5,12 @@ Hori et al. 2018 (multi-level LMs for open-vocabulary end-to-end recognition), t
 word ends: a piece that begins a new word (its sentencepiece form starts with "▁"), or <eos>, completes the
 word before it, and that candidate gains  γ·log p_word(word | the words before it)  (<eos> also gains
 γ·log p_word(</s> | …)). Every other candidate gains nothing from the word LM. A word the LM does not know
-is its <unk>, so the LM's unknown-word probability is the price of a word outside its vocabulary. The
-token-level LM, when there is one, keeps scoring every piece (weight β), so the total LM term is
+is its <unk>, so the LM's unknown-word probability is the price of a word outside its vocabulary.
+
+A word is looked up as the LM's text was normalized (`normalizer`: lower case, punctuation removed), so pieces
+that carry case and punctuation, as Whisper's do ("▁Hello" then ","), find the LM's "hello"; a word the normalizer
+splits ("twenty-one") is scored as the words it becomes, and one it erases (a lone "-") is not scored at all.
+The token-level LM, when there is one, keeps scoring every piece (weight β), so the total LM term is
 
     β·log p_token(c | prefix) + γ·[c ends a word]·log p_word(that word | earlier words)
 
@@ -21,6 +25,7 @@ from typing import Sequence
 import torch
 
 from asr_transformer.decode.ngram import NgramLM
+from asr_transformer.text import NormalizerConfig, normalize
 from asr_transformer.tokens import EOS, MASK, SOS, UNK
 
 WORD_START = "▁"  # sentencepiece's mark of a piece that begins a word
@@ -31,16 +36,18 @@ class WordBoundaryLM:
     """Token LM (weight β, optional) + word LM at word boundaries (weight γ); see the module docstring.
 
     Args:
-        pieces: the model's tokenizer pieces, id → piece.
+        pieces: id → the piece's text, "▁" marking a word start (the tokenizer's `word_pieces`).
         word_lm: an NgramLM read with `NgramLM.read_arpa(path, None)` (its `words` set).
         token_lm: an NgramLM over the same pieces, or None.
+        normalizer: how the word LM's text was normalized (the tokenizer's).
     """
 
     def __init__(self, pieces: Sequence[str], word_lm: NgramLM, word_weight: float,
-                 token_lm: NgramLM | None = None, token_weight: float = 0.0):
+                 token_lm: NgramLM | None = None, token_weight: float = 0.0,
+                 normalizer: NormalizerConfig = NormalizerConfig()):
         if word_lm.words is None:
             raise ValueError("word_lm must be a word-level LM (`asr lm --words`), not one over a tokenizer's pieces")
-        self.word_lm, self.word_weight = word_lm, float(word_weight)
+        self.word_lm, self.word_weight, self.normalizer = word_lm, float(word_weight), normalizer
         self.token_lm, self.token_weight = token_lm, float(token_weight)
         self.vocab_size = len(pieces)
         self.pieces = [p if i > MASK else "" for i, p in enumerate(pieces)]
@@ -61,24 +68,23 @@ class WordBoundaryLM:
         for end in range(known + 1, len(prefix) + 1):
             piece = self.pieces[prefix[end - 1]]
             if piece.startswith(WORD_START):
-                if current:
-                    done = done + (self._word_id(current),)
+                done = done + self._word_ids(current)
                 current = piece[len(WORD_START):]
             else:
                 current += piece
             self._state[prefix[:end]] = (done, current)
         return done, current
 
-    def _word_id(self, word: str) -> int:
-        return self.word_lm.words.get(word, UNK)
+    def _word_ids(self, spelled: str) -> tuple[int, ...]:
+        """The LM's ids of the word(s) `spelled` is once normalized (none for punctuation alone; <unk> if unknown)."""
+        return tuple(self.word_lm.words.get(w, UNK) for w in normalize(spelled, self.normalizer).split())
 
     def _word_scores(self, done: tuple[int, ...], current: str) -> tuple[float, float]:
         """log p_word of finishing `current` after `done`, and of finishing it and then </s>."""
         history = (SOS,) + done
         lp = 0.0
-        if current:
-            word = self._word_id(current)
-            lp = self.word_lm.log_prob(history, word)
+        for word in self._word_ids(current):
+            lp += self.word_lm.log_prob(history, word)
             history = history + (word,)
         return lp, lp + self.word_lm.log_prob(history, EOS)
 
