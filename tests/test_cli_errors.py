@@ -74,6 +74,8 @@ CASES = [
     ("transcribe {d}/a.wav --model {d}/folder", "{d}/folder"),
     ("transcribe {d}/a.wav --model {d}/fake.pt", "{d}/fake.pt"),
     ("transcribe {d}/a.wav --model {d}/fake.pt -f docx", "docx"),
+    ("serve --model {d}/missing.pt --port 0", "{d}/missing.pt"),
+    ("serve --model {d}/fake.pt --port 0", "{d}/fake.pt"),
     ("plot {d}/missing -o {d}/p.png", "{d}/missing"),
     ("plot {d}/folder -o {d}/p.png", "{d}/folder"),
     ("no-such-command", "no-such-command"),

@@ -32,6 +32,7 @@ LAYERS = [
     ["writers", "decode_inputs", "transcribe"],  # result files, checked manifests, files of any length
     ["recognizer", "exported", "info", "whisper", "lm_build", "streaming"],  # a package (or an export) put to use
     ["export", "plots"],  # built on the recognizer and the exported runtime
+    ["server"],  # `asr serve`: the recognizers behind OpenAI's transcription API
     ["cli", "__main__", ""],  # the command line, the `asr` entry point, the package facade
 ]
 

@@ -52,15 +52,17 @@ class AudioError(UserError, ValueError):
         self.kind = kind
 
 
-def audio_info(path: str | os.PathLike) -> tuple[float, int]:
-    """(duration in seconds, sample rate) from the header, without reading samples."""
+def audio_info(source: str | os.PathLike | bytes) -> tuple[float, int]:
+    """(duration in seconds, sample rate) of a file (a path, or its bytes) from its header, without reading
+    samples."""
+    name = "<bytes>" if isinstance(source, (bytes, bytearray)) else str(source)
     try:
-        info = sf.info(str(path))
+        info = sf.info(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else name)
     except Exception as e:  # soundfile raises several types for bad headers
-        raise AudioError(str(path), "unreadable", f"cannot read audio header ({e})") from None
+        raise AudioError(name, "unreadable", f"cannot read audio header ({e})") from None
     if info.frames <= 0:
-        raise AudioError(str(path), "empty", "audio file has no samples")
-    check_complete(path, str(path), info.frames, info.samplerate)
+        raise AudioError(name, "empty", "audio file has no samples")
+    check_complete(source, name, info.frames, info.samplerate)
     return info.frames / info.samplerate, info.samplerate
 
 

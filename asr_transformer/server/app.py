@@ -1,0 +1,221 @@
+"""The recognition server's application (`asr serve`): Starlette routes over loaded model packages.
+
+Routes:
+    GET  /health                    → {"status": "ok", "models": [...]}
+    GET  /v1/models                 → OpenAI's model list
+    POST /v1/audio/transcriptions   → OpenAI's transcription API (openai_format.py)
+    GET  /metrics                   → Prometheus text: requests by status, audio seconds, latency, queue depth
+
+Each model is loaded once and decodes on one thread of its own, so requests never copy it and never interleave
+on it (its torch threads do the parallel work); requests wait for that thread in a queue of at most
+`ServeConfig.max_queue`, and one more is answered 429. Every bad request gets its status and a JSON error naming
+the problem (400 not audio, 401 no or a wrong key, 404 an unknown model, 413 too large or too long, 415 not a
+form, 422 a missing or wrong field, 429 busy); the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from asr_transformer.data.audio import AudioError, audio_info
+from asr_transformer.errors import UserError
+from asr_transformer.server.metrics import Metrics
+from asr_transformer.server.openai_format import GRANULARITIES, RESPONSE_FORMATS, error_body, render
+
+ENGLISH = ("", "en", "english")
+
+
+@dataclass
+class ServeConfig:
+    """What the server accepts: an API key (None: none needed), the largest upload, the longest audio, and how
+    many requests may wait for each model."""
+
+    api_key: str | None = None
+    max_upload_mb: float = 25.0  # OpenAI's own limit
+    max_audio_seconds: float = 600.0
+    max_queue: int = 64
+
+
+class RequestError(Exception):
+    """A request the server refuses: its HTTP status and the JSON error OpenAI's clients read."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.body = status, error_body(message, param=param, code=code)
+
+
+@dataclass
+class ModelSlot:
+    """A loaded model (a `Recognizer` or `ExportedRecognizer`), the one thread that decodes with it, and how many
+    requests wait for that thread."""
+
+    name: str
+    recognizer: object
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
+    waiting: int = 0
+
+
+def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -> Starlette:
+    """The ASGI application serving `models` ({name: recognizer}; the first is the default)."""
+    if not models:
+        raise ValueError("the server needs at least one model")
+    slots = {name: ModelSlot(name, rec) for name, rec in models.items()}
+    metrics = Metrics()
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "models": list(slots)})
+
+    async def list_models(request: Request) -> Response:
+        _authorize(request, config)
+        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
+                                                          "owned_by": "asr-transformer"} for name in slots]})
+
+    async def transcriptions(request: Request) -> Response:
+        _authorize(request, config)
+        form = await _read_form(request, config)
+        slot = _pick_model(form, slots)
+        audio, response_format, words, options = _transcription_fields(form, slot)
+        seconds = _check_audio(audio, config)
+        if slot.waiting >= config.max_queue:
+            raise RequestError(429, f"model '{slot.name}' has {slot.waiting} requests waiting; try again later",
+                               code="busy")
+        slot.waiting += 1
+        metrics.queue_depth(slot.name, slot.waiting)
+        try:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(slot.executor, _transcribe, slot.recognizer, audio, words, options)
+        finally:
+            slot.waiting -= 1
+            metrics.queue_depth(slot.name, slot.waiting)
+        metrics.audio_seconds += seconds
+        body, content_type = render(result, response_format, words)
+        return Response(body, media_type=content_type)
+
+    async def metrics_text(request: Request) -> Response:
+        return Response(metrics.text(), media_type="text/plain; version=0.0.4")
+
+    async def timed(request: Request, handler) -> Response:
+        started = time.monotonic()
+        try:
+            response = await handler(request)
+        except RequestError as e:
+            response = JSONResponse(e.body, status_code=e.status)
+        metrics.request(request.url.path, response.status_code, time.monotonic() - started)
+        return response
+
+    def route(path: str, handler, methods: list[str]) -> Route:
+        async def endpoint(request: Request) -> Response:
+            return await timed(request, handler)
+        return Route(path, endpoint, methods=methods)
+
+    return Starlette(routes=[route("/health", health, ["GET"]), route("/v1/models", list_models, ["GET"]),
+                             route("/v1/audio/transcriptions", transcriptions, ["POST"]),
+                             route("/metrics", metrics_text, ["GET"])])
+
+
+def _authorize(request: Request, config: ServeConfig) -> None:
+    if config.api_key is None:
+        return
+    header = request.headers.get("authorization", "")
+    given = header[len("Bearer "):] if header.startswith("Bearer ") else ""
+    if not hmac.compare_digest(given.encode(), config.api_key.encode()):
+        raise RequestError(401, "a valid API key is needed: send 'Authorization: Bearer <key>'",
+                           code="invalid_api_key")
+
+
+async def _read_form(request: Request, config: ServeConfig):
+    """The multipart form, its body read up to the upload limit (413 beyond it, 415 for another content type)."""
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise RequestError(415, "send the audio as multipart/form-data (a 'file' field and the options)")
+    limit = int(config.max_upload_mb * 1024 * 1024)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the upload is {int(declared) / 1e6:.1f} MB; the limit is {config.max_upload_mb:g} MB")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(413, f"the upload passes the limit of {config.max_upload_mb:g} MB")
+    request._body = bytes(body)  # Starlette parses the form from the body read here
+    try:
+        return await request.form(max_files=1, max_fields=50)
+    except Exception as e:  # a malformed multipart body
+        raise RequestError(400, f"the form cannot be read ({e})") from None
+
+
+def _pick_model(form, slots: dict[str, ModelSlot]) -> ModelSlot:
+    name = str(form.get("model") or "")
+    if not name or name not in slots and len(slots) == 1:  # one model: OpenAI clients send "whisper-1"
+        return next(iter(slots.values()))
+    if name not in slots:
+        raise RequestError(404, f"model '{name}' is not served here; models: {', '.join(slots)}", param="model",
+                           code="model_not_found")
+    return slots[name]
+
+
+def _transcription_fields(form, slot: ModelSlot) -> tuple[bytes, str, bool, dict]:
+    """(audio bytes, response format, word timestamps?, decoding options) of a transcription form."""
+    upload = form.get("file")
+    if upload is None or isinstance(upload, str):
+        raise RequestError(422, "the form has no 'file' (the audio)", param="file")
+    response_format = str(form.get("response_format") or "json")
+    if response_format not in RESPONSE_FORMATS:
+        raise RequestError(422, f"response_format '{response_format}': choose from {', '.join(RESPONSE_FORMATS)}",
+                           param="response_format")
+    granularities = [str(g) for g in form.getlist("timestamp_granularities[]")]
+    unknown = [g for g in granularities if g not in GRANULARITIES]
+    if unknown:
+        raise RequestError(422, f"timestamp_granularities[] '{unknown[0]}': choose from {', '.join(GRANULARITIES)}",
+                           param="timestamp_granularities[]")
+    language = str(form.get("language") or "").lower()
+    if language not in ENGLISH:
+        raise RequestError(422, f"language '{language}': model '{slot.name}' transcribes English (en)",
+                           param="language")
+    if str(form.get("prompt") or "").strip():
+        raise RequestError(422, "prompt: this server does not condition decoding on a prompt; to favour words, "
+                                "send them as 'hotwords' (one phrase per line)", param="prompt")
+    options = {}
+    hotwords = [p.strip() for p in str(form.get("hotwords") or "").splitlines() if p.strip()]
+    if hotwords:
+        options["hotwords"] = hotwords
+    audio = upload.file.read()
+    return audio, response_format, "word" in granularities, options
+
+
+def _check_audio(audio: bytes, config: ServeConfig) -> float:
+    """The audio's duration; 400 when it is not audio, 413 when longer than the limit."""
+    try:
+        seconds = audio_info(audio)[0]
+    except AudioError as e:
+        raise RequestError(400, f"file: not audio this server can read ({e})", param="file") from None
+    if seconds > config.max_audio_seconds:
+        raise RequestError(413, f"the audio is {seconds:.1f} s; the limit is {config.max_audio_seconds:g} s",
+                           param="file")
+    return seconds
+
+
+def _transcribe(recognizer, audio: bytes, words: bool, options: dict) -> dict:
+    """Runs on the model's thread. A UserError (audio that does not decode, hotwords the model cannot write, word
+    times without a CTC head) becomes a 400/422 naming it."""
+    if options.get("hotwords") and not hasattr(recognizer, "with_hotwords"):
+        raise RequestError(422, "hotwords: this model is an export, which decodes without hotwords", param="hotwords")
+    try:
+        if options.get("hotwords"):
+            recognizer = recognizer.with_hotwords(options["hotwords"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return recognizer.transcribe(audio, word_timestamps=words)
+    except AudioError as e:
+        raise RequestError(400, f"file: {e}", param="file") from None
+    except UserError as e:
+        raise RequestError(422, str(e)) from None

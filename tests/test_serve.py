@@ -1,0 +1,187 @@
+"""`asr serve`, started for real on a free port, called by the official `openai` client and by plain HTTP: the
+text equals `Recognizer.transcribe`'s in every response format; bad requests get their status and a JSON error
+while the server keeps serving; concurrent clients each get their own answer; SIGTERM loses no request."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from asr_transformer.config import Config, apply_preset
+from asr_transformer.data.tokenizer import train_tokenizer
+from asr_transformer.model.asr import ASRModel
+from asr_transformer.package import save_package
+from asr_transformer.recognizer import Recognizer
+from asr_transformer.tokens import BLANK, EOS
+from asr_transformer.writers import to_srt, to_vtt
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+KEY = "test-key"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory) -> Path:
+    """A tiny random model whose CTC head favours 'a' and 'b' by the input's loudness, so texts differ."""
+    root = tmp_path_factory.mktemp("serve")
+    tok = train_tokenizer(["a b ab ba", "b a"] * 5, root / "tokenizer", model_type="char")
+    cfg = Config()
+    apply_preset(cfg.model, "tiny")
+    cfg.model.vocab_size = tok.vocab_size
+    cfg.decode.mode, cfg.decode.beam = "ctc", 2
+    torch.manual_seed(0)
+    model = ASRModel(cfg.model)
+    with torch.no_grad():
+        model.ctc.proj.bias[BLANK] = -3.0
+        model.decoder.output.bias[EOS] = 5.0
+    save_package(root / "model.pt", cfg, tok, model.state_dict())
+    return root / "model.pt"
+
+
+def _wav(path: Path, seconds: float, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(0.25 * 16000)) / 16000
+    tones = [rng.uniform(0.05, 0.4) * np.sin(2 * np.pi * rng.uniform(200, 2000) * t) for _ in range(int(seconds * 4))]
+    sf.write(path, np.concatenate(tones).astype(np.float32), 16000, subtype="PCM_16")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(package: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "asr_transformer", "serve", "--model", f"tiny={package}", "--model",
+                             f"other={package}", "--port", str(port), "--threads", "1", "--device", "cpu", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server stopped: {proc.stdout.read()}")
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc, base
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise AssertionError("the server did not answer /health within 120 s")
+
+
+@pytest.fixture(scope="module")
+def server(package):
+    proc, base = _start(package, "--api-key", KEY, "--max-upload-mb", "0.2")
+    yield base
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+def _client(base: str):
+    return openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0)
+
+
+def test_openai_client_gets_the_recognizers_text_in_every_format(server, package, tmp_path):
+    wav = _wav(tmp_path / "a.wav", 2.5, seed=1)
+    expected = Recognizer(package, device="cpu", threads=1).transcribe(str(wav))
+    assert expected["text"]
+    client = _client(server)
+    with open(wav, "rb") as f:
+        assert client.audio.transcriptions.create(model="tiny", file=f).text == expected["text"]
+    for fmt, want in (("text", expected["text"] + "\n"), ("srt", to_srt(expected)), ("vtt", to_vtt(expected))):
+        with open(wav, "rb") as f:
+            assert client.audio.transcriptions.create(model="tiny", file=f, response_format=fmt) == want, fmt
+    with open(wav, "rb") as f:
+        verbose = client.audio.transcriptions.create(model="tiny", file=f, response_format="verbose_json",
+                                                     timestamp_granularities=["word", "segment"])
+    assert verbose.text == expected["text"] and verbose.duration == pytest.approx(2.5, abs=0.01)
+    assert [s.text for s in verbose.segments] == [s["text"] for s in expected["segments"]]
+    assert [w.word for w in verbose.words] == expected["text"].split()
+    assert all(0 <= w.start <= w.end <= 2.5 for w in verbose.words)
+    assert [m.id for m in client.models.list()] == ["tiny", "other"]
+
+
+def _post(base: str, body: bytes, content_type: str, key: str | None = KEY) -> tuple[int, dict]:
+    headers = {"Content-Type": content_type, **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"{base}/v1/audio/transcriptions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _form(fields: dict, audio: bytes | None) -> tuple[bytes, str]:
+    boundary = "asr-test-boundary"
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+             for k, v in fields.items()]
+    if audio is not None:
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+                     f"Content-Type: audio/wav\r\n\r\n".encode() + audio + b"\r\n")
+    return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def test_bad_requests_get_their_status_and_the_server_keeps_serving(server, tmp_path):
+    audio = _wav(tmp_path / "a.wav", 1.0, seed=2).read_bytes()
+    long = _wav(tmp_path / "long.wav", 8.0, seed=3).read_bytes()  # 256 kB, over the 0.2 MB limit
+    cases = [
+        (_form({"model": "tiny"}, audio), None, 401, "API key"),
+        (_form({"model": "tiny"}, b"RIFF not audio at all"), KEY, 400, "not audio"),
+        (_form({"model": "tiny"}, long), KEY, 413, "limit"),
+        (_form({"model": "tiny"}, None), KEY, 422, "'file'"),
+        (_form({"model": "tiny", "response_format": "docx"}, audio), KEY, 422, "response_format"),
+        (_form({"model": "tiny", "language": "fr"}, audio), KEY, 422, "language"),
+        (_form({"model": "nope"}, audio), KEY, 404, "'nope'"),
+        (_form({"model": "tiny", "hotwords": "zzz"}, audio), KEY, 422, "zzz"),  # no 'z' in this model's units
+        ((b"{}", "application/json"), KEY, 415, "multipart"),
+    ]
+    for (body, content_type), key, status, named in cases:
+        got, answer = _post(server, body, content_type, key)
+        assert got == status and named in answer["error"]["message"], (status, answer)
+    got, answer = _post(server, *_form({"model": "tiny"}, audio))
+    assert got == 200 and "text" in answer
+    with urllib.request.urlopen(f"{server}/metrics") as r:
+        metrics = r.read().decode()
+    assert 'asr_requests_total{path="/v1/audio/transcriptions",status="413"} 1' in metrics
+
+
+def test_concurrent_clients_each_get_their_own_text(server, package, tmp_path):
+    wavs = [_wav(tmp_path / f"c{i}.wav", 1.0 + 0.25 * (i % 5), seed=10 + i) for i in range(16)]
+    rec = Recognizer(package, device="cpu", threads=1)
+    expected = [rec.transcribe(str(w))["text"] for w in wavs]
+    assert len(set(expected)) > 1
+
+    def ask(wav: Path) -> str:
+        with open(wav, "rb") as f:
+            return _client(server).audio.transcriptions.create(model="other", file=f).text
+
+    with ThreadPoolExecutor(16) as pool:
+        assert list(pool.map(ask, wavs)) == expected
+
+
+def test_a_full_queue_answers_429_and_sigterm_finishes_the_requests_in_flight(package, tmp_path):
+    proc, base = _start(package, "--max-queue", "2")
+    wav = _wav(tmp_path / "long.wav", 12.0, seed=4).read_bytes()
+    with ThreadPoolExecutor(6) as pool:
+        answers = [pool.submit(_post, base, *_form({"model": "tiny"}, wav), None) for _ in range(6)]
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        statuses = sorted(a.result()[0] for a in answers)
+    assert proc.wait(timeout=120) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has drained
+    assert 429 in statuses and statuses.count(200) >= 2 and set(statuses) <= {200, 429}, statuses
