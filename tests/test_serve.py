@@ -87,7 +87,7 @@ def _start(package: Path, *args: str) -> tuple[subprocess.Popen, str]:
 
 @pytest.fixture(scope="module")
 def server(package):
-    proc, base = _start(package, "--api-key", KEY, "--max-upload-mb", "0.2")
+    proc, base = _start(package, "--api-key", KEY, "--max-upload-mb", "0.2", "--stream-idle-seconds", "2")
     yield base
     proc.terminate()
     proc.wait(timeout=60)
@@ -185,3 +185,28 @@ def test_a_full_queue_answers_429_and_sigterm_finishes_the_requests_in_flight(pa
         statuses = sorted(a.result()[0] for a in answers)
     assert proc.wait(timeout=120) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has drained
     assert 429 in statuses and statuses.count(200) >= 2 and set(statuses) <= {200, 429}, statuses
+
+
+def test_a_websocket_stream_gives_the_finals_of_asr_transcribe_stream(server, package, tmp_path):
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    from asr_transformer.streaming import stream_file
+
+    wav = _wav(tmp_path / "s.wav", 3.0, seed=5)
+    expected = [(e.text, round(e.start, 3), round(e.end, 3))
+                for e in stream_file(Recognizer(package, device="cpu", threads=1), str(wav)) if e.kind == "final"]
+    assert expected and expected[0][0]
+    pcm = (sf.read(wav, dtype="int16")[0]).astype("<i2").tobytes()
+    url = server.replace("http", "ws") + "/v1/stream?model=tiny"
+    with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        for i in range(0, len(pcm), 3200):  # 0.1 s a message
+            ws.send(pcm[i:i + 3200])
+        ws.send(json.dumps({"type": "end"}))
+        events = [json.loads(m) for m in ws]
+    assert events[-1] == {"type": "done"}
+    assert [(e["text"], e["start"], e["end"]) for e in events if e["type"] == "final"] == expected
+    with pytest.raises(InvalidStatus):  # no key: the handshake is refused
+        connect(url).close()
+    with connect(url + f"&api_key={KEY}") as ws:  # a browser's way to send the key; then silence
+        assert json.loads(ws.recv(timeout=30)) == {"type": "error", "message": "no audio for 2 s; closing the stream"}

@@ -4,6 +4,7 @@ Routes:
     GET  /health                    → {"status": "ok", "models": [...]}
     GET  /v1/models                 → OpenAI's model list
     POST /v1/audio/transcriptions   → OpenAI's transcription API (openai_format.py)
+    WS   /v1/stream                 → live captions: PCM in, partial and final transcripts out (live.py)
     GET  /metrics                   → Prometheus text: requests by status, audio seconds, latency, queue depth
 
 Each model is loaded once and decodes on one thread of its own, so requests never copy it and never interleave
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -25,10 +27,12 @@ from dataclasses import dataclass, field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr_transformer.data.audio import AudioError, audio_info
 from asr_transformer.errors import UserError
+from asr_transformer.server.live import LiveSession
 from asr_transformer.server.metrics import Metrics
 from asr_transformer.server.openai_format import GRANULARITIES, RESPONSE_FORMATS, error_body, render
 
@@ -44,6 +48,8 @@ class ServeConfig:
     max_upload_mb: float = 25.0  # OpenAI's own limit
     max_audio_seconds: float = 600.0
     max_queue: int = 64
+    max_streams: int = 16  # live streams at once
+    stream_idle_seconds: float = 30.0  # a stream that sends nothing this long is closed
 
 
 class RequestError(Exception):
@@ -118,16 +124,81 @@ def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -
             return await timed(request, handler)
         return Route(path, endpoint, methods=methods)
 
+    streams = set()
+
+    async def live(websocket: WebSocket) -> None:
+        try:
+            _authorize(websocket, config)
+            slot = _pick_model(websocket.query_params, slots)
+        except RequestError as e:
+            await websocket.close(code=1008, reason=e.body["error"]["message"][:120])
+            return
+        await websocket.accept()
+        if len(streams) >= config.max_streams:
+            await _refuse(websocket, f"{len(streams)} streams are open, the most this server takes; try again later",
+                          1013)
+            return
+        streams.add(websocket)
+        try:
+            await _serve_stream(websocket, slot, config, metrics)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            streams.discard(websocket)
+
     return Starlette(routes=[route("/health", health, ["GET"]), route("/v1/models", list_models, ["GET"]),
                              route("/v1/audio/transcriptions", transcriptions, ["POST"]),
-                             route("/metrics", metrics_text, ["GET"])])
+                             WebSocketRoute("/v1/stream", live), route("/metrics", metrics_text, ["GET"])])
 
 
-def _authorize(request: Request, config: ServeConfig) -> None:
+async def _serve_stream(websocket: WebSocket, slot: ModelSlot, config: ServeConfig, metrics: Metrics) -> None:
+    """Read PCM until {"type": "end"}, sending each event as it comes; decoding runs on the model's thread."""
+    loop = asyncio.get_running_loop()
+    session = LiveSession(slot.recognizer)
+    while True:
+        try:
+            message = await asyncio.wait_for(websocket.receive(), config.stream_idle_seconds)
+        except asyncio.TimeoutError:
+            await _refuse(websocket, f"no audio for {config.stream_idle_seconds:g} s; closing the stream", 1001)
+            return
+        if message["type"] == "websocket.disconnect":
+            return
+        if message.get("bytes") is not None:
+            metrics.audio_seconds += len(message["bytes"]) / 2 / 16000
+            events = await loop.run_in_executor(slot.executor, session.feed, message["bytes"])
+        elif _is_end(message.get("text")):
+            events = await loop.run_in_executor(slot.executor, session.finish)
+            for event in events + [{"type": "done"}]:
+                await websocket.send_json(event)
+            await websocket.close()
+            return
+        else:
+            await _refuse(websocket, 'send binary 16-bit PCM at 16 kHz, then the text {"type": "end"}', 1003)
+            return
+        for event in events:
+            await websocket.send_json(event)
+
+
+def _is_end(text: str | None) -> bool:
+    try:
+        return text is not None and json.loads(text).get("type") == "end"
+    except (ValueError, AttributeError):
+        return False
+
+
+async def _refuse(websocket: WebSocket, message: str, code: int) -> None:
+    await websocket.send_json({"type": "error", "message": message})
+    await websocket.close(code=code)
+
+
+def _authorize(request: Request | WebSocket, config: ServeConfig) -> None:
+    """401 unless the request carries the key: `Authorization: Bearer <key>`, or for a WebSocket `?api_key=`."""
     if config.api_key is None:
         return
     header = request.headers.get("authorization", "")
     given = header[len("Bearer "):] if header.startswith("Bearer ") else ""
+    if isinstance(request, WebSocket) and not given:
+        given = request.query_params.get("api_key", "")
     if not hmac.compare_digest(given.encode(), config.api_key.encode()):
         raise RequestError(401, "a valid API key is needed: send 'Authorization: Bearer <key>'",
                            code="invalid_api_key")
