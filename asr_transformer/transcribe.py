@@ -22,7 +22,9 @@ Read top to bottom:
    at the lowest-energy frame within the last 2 s before `max_segment` is reached (so no word is
    decoded twice and no seam has to be merged; a cut lands in the quietest spot, usually a short pause
    between words). Segments with less than 50 ms of speech (clicks) are dropped; silence is never decoded.
-3. `transcribe` batches the segments (``options.batch_size`` at a time) through a `Recognizer`
+3. A model without a CTC head (an imported Whisper) reads consecutive segments merged into windows of up to 30 s
+   (`WindowMerger`; the window of its features), as it was trained: a lone segment would lose its sentence.
+   `transcribe` batches the segments (``options.batch_size`` at a time) through a `Recognizer`
    (recognizer.py), keeping at most one batch of segment audio (plus the segmenter's buffer of
    ≤ max_segment + one block) in memory, so a 30-minute file needs no more memory than a 30-second one.
    With `word_timestamps`, each segment's hypothesis is also aligned to its CTC log-probs (decode/align.py)
@@ -70,6 +72,7 @@ FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
 BLOCK_SECONDS = 5.0  # audio read (and resampled) at once
 MIN_DECODE = int(0.1 * SAMPLE_RATE)  # segments shorter than this are zero-padded for the encoder
 MAX_SEGMENT = 20.0  # seconds: the longest segment decoded at once, unless a caller asks for another
+WHISPER_WINDOW = 30.0  # seconds: the window an attention-only model (Whisper) reads segments merged into
 
 
 class NoSpeechWarning(UserWarning):
@@ -378,6 +381,45 @@ def iter_segments(source: AudioSource, max_segment: float = MAX_SEGMENT, **segme
     yield from seg.finish()
 
 
+class WindowMerger:
+    """Consecutive segments joined into windows of at most `window` seconds (first speech to last), for models
+    that read a whole window at once (Whisper: 30 s): each segment alone would lose the sentence around it. The
+    silence between two segments is written as zeros; where their context audio overlaps, the later one's is kept.
+    `push` a segment → the windows it closes; `finish` → the last one."""
+
+    def __init__(self, window: float):
+        self.window, self.open = window, None
+
+    def push(self, segment: Segment) -> list[Segment]:
+        if self.open is None:
+            self.open = segment
+            return []
+        if segment.end - self.open.start <= self.window:
+            self.open = _joined(self.open, segment)
+            return []
+        closed, self.open = self.open, segment
+        return [closed]
+
+    def finish(self) -> list[Segment]:
+        closed, self.open = self.open, None
+        return [] if closed is None else [closed]
+
+
+def window_seconds(cfg) -> float:
+    """The longest audio an attention-only model reads at once: what its encoder's position table holds (Whisper's:
+    30 s), else WHISPER_WINDOW."""
+    if cfg.model.positions == "whisper":
+        return cfg.model.max_source_positions * cfg.model.subsampling * cfg.features.frame_shift_ms / 1000
+    return WHISPER_WINDOW
+
+
+def _joined(a: Segment, b: Segment) -> Segment:
+    """One segment from `a` to `b`: a's audio up to b's, silence (zeros) between them."""
+    cut = round((b.audio_start - a.audio_start) * SAMPLE_RATE)
+    head = a.audio[:cut] if cut <= len(a.audio) else np.concatenate([a.audio, np.zeros(cut - len(a.audio), np.float32)])
+    return Segment(a.start, b.end, np.concatenate([head, b.audio]), a.audio_start)
+
+
 def pieces(source: AudioSource, max_segment: float = MAX_SEGMENT) -> Iterator[Segment]:
     """Stream `source` and yield all of it as consecutive segments of `max_segment` seconds (the last one
     shorter), without looking for speech: what `transcribe` decodes when the detector finds none."""
@@ -479,16 +521,20 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
         if progress is not None:
             progress(batch[-1].end, total, decoded)
 
+    # a model without a CTC head (Whisper) reads windows of several segments, as it was trained on 30-s windows
+    merger = None if cfg.model.ctc else WindowMerger(window_seconds(cfg))
     pending: list[Segment] = []
     for block in stream_audio(audio_source):
         for s in segmenter.push(block):
-            pending.append(s)
+            pending.extend(merger.push(s) if merger else [s])
             if len(pending) >= batch_size:
                 decode(pending)
                 pending = []
         if not pending and progress is not None:
             progress(segmenter.position, total, decoded)
-    pending.extend(segmenter.finish())
+    for s in segmenter.finish():
+        pending.extend(merger.push(s) if merger else [s])
+    pending.extend(merger.finish() if merger else [])
     for i in range(0, len(pending), batch_size):
         decode(pending[i:i + batch_size])
     duration = segmenter.samples / SAMPLE_RATE

@@ -279,3 +279,31 @@ def test_start_sequence_of_multilingual_and_english_only_models(reference):
     assert start_sequence(tokenizer, english, "en") == [special[names[0]], special[names[3]]]
     with pytest.raises(WhisperImportError, match=re.escape("Whisper has no <|xx|> token")):
         start_sequence(tokenizer, multilingual, "xx")
+
+
+def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference, tmp_path):
+    """Speech, pauses, speech: an attention-only model gets the segments merged into one window (zeros for the
+    silences, which are zeros here), so `transcribe` gives the text and words of decoding the file whole."""
+    import numpy as np
+    import soundfile as sf
+
+    from asr_transformer.recognizer import Recognizer
+
+    _, tokenizer_path, special, _ = reference
+    torch.manual_seed(1)
+    model = Whisper(Dims(n_vocab=special["<|notimestamps|>"] + 4, n_audio_ctx=500))  # a 10-s window
+    package = tmp_path / "model.pt"
+    import_whisper(write_ct2(model, tmp_path / "ct2", tokenizer_path), package, pad_to_seconds=0,
+                   tokenizer_dir=tmp_path / "tok")
+    rng = np.random.default_rng(0)
+    parts = []
+    for seconds in (2.0, 1.0, 2.5, 0.8, 1.5):  # tones, silence, tones, silence, tones
+        t = np.arange(int(seconds * 16000)) / 16000
+        tone = 0.3 * np.sin(2 * np.pi * rng.uniform(300, 900) * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+        parts.append(tone if len(parts) % 2 == 0 else np.zeros_like(t))
+    wave = np.concatenate(parts).astype(np.float32)
+    sf.write(tmp_path / "a.wav", wave, 16000, subtype="FLOAT")
+    rec = Recognizer(package, device="cpu", threads=1, mode="greedy")
+    result = rec.transcribe(str(tmp_path / "a.wav"))
+    assert len(result["segments"]) == 1 and result["segments"][0]["end"] > 7.0
+    assert result["text"] == rec.recognize_arrays([wave])[0] != ""
