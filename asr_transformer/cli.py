@@ -1055,6 +1055,8 @@ def serve(
     max_upload_mb: float = typer.Option(25.0, min=0.001, help="Largest upload, in MB."),
     max_audio_seconds: float = typer.Option(600.0, min=0.1, help="Longest audio a request may send."),
     max_queue: int = typer.Option(64, min=1, help="Requests that may wait for a model; more are answered 429."),
+    batch_wait_ms: float = typer.Option(10.0, min=0.0, help="How long a model gathers requests to decode together."),
+    max_batch_requests: int = typer.Option(16, min=1, help="Requests decoded together at most."),
     max_streams: int = typer.Option(16, min=1, help="Live streams (WebSocket /v1/stream) open at once."),
     stream_idle_seconds: float = typer.Option(30.0, min=0.1, help="Close a live stream that sends nothing this long."),
     device: str = typer.Option("auto", help="cpu, cuda, cuda:1 or auto."),
@@ -1078,7 +1080,8 @@ def serve(
             _fail(f"--model {item}: the name '{name}' is taken; give NAME=PATH")
         loaded[name] = _recognizer(Path(path), device, threads, "fp32", None, None, False)
     config = ServeConfig(api_key=api_key, max_upload_mb=max_upload_mb, max_audio_seconds=max_audio_seconds,
-                         max_queue=max_queue, max_streams=max_streams, stream_idle_seconds=stream_idle_seconds)
+                         max_queue=max_queue, batch_wait_ms=batch_wait_ms, max_batch_requests=max_batch_requests,
+                         max_streams=max_streams, stream_idle_seconds=stream_idle_seconds)
     typer.echo(f"serving {', '.join(loaded)} on http://{host}:{port} (OpenAI base_url http://{host}:{port}/v1)",
                err=True)
     uvicorn.run(create_app(loaded, config), host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)

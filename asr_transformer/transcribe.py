@@ -405,6 +405,43 @@ class WindowMerger:
         return [] if closed is None else [closed]
 
 
+class SegmentStream:
+    """The segments `transcribe` decodes from one source, in order: the voice detector's (merged into windows for a
+    model without a CTC head: `WindowMerger`) or, where it finds no speech in audio that is not silent, all of it in
+    `pieces`, with a NoSpeechWarning. Iterate once; then `duration` is the source's length in seconds.
+    `between_blocks(seconds read)` is called after each block of the source."""
+
+    def __init__(self, recognizer, source: AudioSource, max_segment: float = MAX_SEGMENT,
+                 between_blocks: Callable[[float], None] | None = None):
+        self.source, self.max_segment, self.between_blocks = source, max_segment, between_blocks
+        cfg = recognizer.config
+        self.window = None if cfg.model.ctc else window_seconds(cfg)
+        self.duration = 0.0
+
+    def __iter__(self) -> Iterator[Segment]:
+        segmenter = Segmenter(self.max_segment)
+        merger = WindowMerger(self.window) if self.window else None
+        found = False
+        for block in stream_audio(self.source):
+            for s in segmenter.push(block):
+                for segment in merger.push(s) if merger else [s]:
+                    found = True
+                    yield segment
+            if self.between_blocks is not None:
+                self.between_blocks(segmenter.position)
+        for segment in [w for s in segmenter.finish() for w in (merger.push(s) if merger else [s])] + (
+                merger.finish() if merger else []):
+            found = True
+            yield segment
+        self.duration = segmenter.samples / SAMPLE_RATE
+        if not found and segmenter.loudest > segmenter.floor_db:  # sound, but no speech found: decode all of it
+            warnings.warn(NoSpeechWarning(_source_name(self.source), (
+                f"the voice detector found no speech in {self.duration:.1f} s of audio that is not silent (loudest "
+                f"10 ms: {segmenter.loudest:.0f} dBFS); decoded all of it, in pieces of {self.max_segment:g} s")),
+                stacklevel=4)
+            yield from pieces(self.source, self.max_segment)
+
+
 def window_seconds(cfg) -> float:
     """The longest audio an attention-only model reads at once: what its encoder's position table holds (Whisper's:
     30 s), else WHISPER_WINDOW."""
@@ -443,19 +480,22 @@ def _piece(audio: np.ndarray, start: int) -> Segment:
 # --------------------------------------------------------------------------------------- decoding
 
 
-def _decode_batch(recognizer, segments: list[Segment], speaker=None, word_timestamps: bool = False) -> list[dict]:
-    """`speaker`: a CMVNAccumulator of the file's features so far, for a model.speaker_cmn model (else None).
-    `word_timestamps`: also align each hypothesis to its CTC log-probs and give each segment its "words"."""
+def _decode_batch(recognizer, segments: list[Segment], speaker=None,
+                  word_timestamps: bool = False) -> list[dict | None]:
+    """Each segment's result dict, None where its text is empty. `speaker`: a CMVNAccumulator of the file's
+    features so far, for a model.speaker_cmn model (else None). `word_timestamps`: also align each hypothesis to
+    its CTC log-probs and give each segment its "words"."""
     waves = [s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
              for s in segments]
     if word_timestamps:
         hyps, log_probs = recognizer.decode_waves_with_ctc(waves, speaker)
     else:
         hyps, log_probs = recognizer.decode_waves(waves, speaker), [None] * len(waves)
-    out = []
+    out: list[dict | None] = []
     for s, best, lp in zip(segments, hyps, log_probs):
         text = " ".join(recognizer.text(best.tokens).split())
         if not text:
+            out.append(None)
             continue
         score = float(best.score)
         out.append({"start": round(s.start, 3), "end": round(s.end, 3), "text": text,
@@ -505,7 +545,6 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
     cfg = recognizer.config
     batch_size = recognizer.options.batch_size
     total = audio_duration(audio_source) if progress is not None else None
-    segmenter = Segmenter(max_segment)
     results: list[dict] = []
     decoded = 0
     if not cfg.model.speaker_cmn:
@@ -516,40 +555,50 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
 
     def decode(batch: list[Segment]) -> None:
         nonlocal decoded
-        results.extend(_decode_batch(recognizer, batch, speaker, word_timestamps))
+        results.extend(r for r in _decode_batch(recognizer, batch, speaker, word_timestamps) if r is not None)
         decoded += len(batch)
         if progress is not None:
             progress(batch[-1].end, total, decoded)
 
-    # a model without a CTC head (Whisper) reads windows of several segments, as it was trained on 30-s windows
-    merger = None if cfg.model.ctc else WindowMerger(window_seconds(cfg))
-    pending: list[Segment] = []
-    for block in stream_audio(audio_source):
-        for s in segmenter.push(block):
-            pending.extend(merger.push(s) if merger else [s])
-            if len(pending) >= batch_size:
-                decode(pending)
-                pending = []
+    def between_blocks(position: float) -> None:
         if not pending and progress is not None:
-            progress(segmenter.position, total, decoded)
-    for s in segmenter.finish():
-        pending.extend(merger.push(s) if merger else [s])
-    pending.extend(merger.finish() if merger else [])
-    for i in range(0, len(pending), batch_size):
-        decode(pending[i:i + batch_size])
-    duration = segmenter.samples / SAMPLE_RATE
-    if not decoded and segmenter.loudest > segmenter.floor_db:  # sound, but no speech found: decode all of it
-        warnings.warn(NoSpeechWarning(_source_name(audio_source), (
-            f"the voice detector found no speech in {duration:.1f} s of audio that is not silent (loudest 10 ms: "
-            f"{segmenter.loudest:.0f} dBFS); decoded all of it, in pieces of {max_segment:g} s")), stacklevel=2)
-        batch = []
-        for piece in pieces(audio_source, max_segment):
-            batch.append(piece)
-            if len(batch) == batch_size:
-                decode(batch)
-                batch = []
-        if batch:
-            decode(batch)
+            progress(position, total, decoded)
+
+    segments = SegmentStream(recognizer, audio_source, max_segment, between_blocks)
+    pending: list[Segment] = []
+    for segment in segments:
+        pending.append(segment)
+        if len(pending) >= batch_size:
+            decode(pending)
+            pending = []
+    if pending:
+        decode(pending)
+    duration = segments.duration
     if progress is not None:
         progress(duration, total if total is not None else duration, decoded)
     return {"text": " ".join(s["text"] for s in results), "segments": results, "duration": duration}
+
+
+def transcribe_many(recognizer, sources: list[AudioSource], word_timestamps: bool = False,
+                    max_segment: float = MAX_SEGMENT) -> list[dict]:
+    """Several files at once (a server's concurrent requests): their segments decoded together in batches of
+    `options.batch_size`, similar lengths side by side, then given back to their files → one `transcribe` result
+    per source, the same words as transcribing each alone. Each file's audio is held whole, so keep them short; a
+    model.speaker_cmn model transcribes each file alone (its speaker is the file)."""
+    if recognizer.config.model.speaker_cmn:
+        return [transcribe(recognizer, s, max_segment, word_timestamps=word_timestamps) for s in sources]
+    streams = [SegmentStream(recognizer, s, max_segment) for s in sources]
+    owned = [(i, segment) for i, stream in enumerate(streams) for segment in stream]
+    order = sorted(range(len(owned)), key=lambda k: owned[k][1].audio.size)
+    size = recognizer.options.batch_size
+    decoded: list[dict | None] = [None] * len(owned)
+    for b in range(0, len(order), size):
+        batch = order[b:b + size]
+        for k, result in zip(batch, _decode_batch(recognizer, [owned[k][1] for k in batch], None, word_timestamps)):
+            decoded[k] = result
+    results = [[] for _ in sources]
+    for (i, _), result in zip(owned, decoded):
+        if result is not None:
+            results[i].append(result)
+    return [{"text": " ".join(r["text"] for r in rs), "segments": rs, "duration": stream.duration}
+            for rs, stream in zip(results, streams)]

@@ -173,6 +173,24 @@ def test_concurrent_clients_each_get_their_own_text(server, package, tmp_path):
 
     with ThreadPoolExecutor(16) as pool:
         assert list(pool.map(ask, wavs)) == expected
+    with urllib.request.urlopen(f"{server}/metrics") as r:  # requests that waited together were decoded together
+        sizes = [int(line.split('"')[1]) for line in r.read().decode().splitlines()
+                 if line.startswith("asr_batches_total{")]
+    assert max(sizes) > 1
+
+
+def test_files_decoded_together_give_what_each_gives_alone(package, tmp_path):
+    from asr_transformer.transcribe import SegmentStream, transcribe_many
+
+    rec = Recognizer(package, device="cpu", threads=1, batch_size=3)
+    sources = []
+    for i in range(5):  # speech, a pause, speech: two segments in some files
+        tones = sf.read(_wav(tmp_path / f"m{i}.wav", 1.0 + 0.5 * i, seed=20 + i), dtype="float32")[0]
+        sources.append(np.concatenate([tones, np.zeros(16000 * (i % 2), np.float32), tones[: 4000 * (i + 1)]]))
+    assert [len(list(SegmentStream(rec, x))) for x in sources] == [1, 2, 1, 2, 1]
+    alone = [rec.transcribe(x) for x in sources]
+    assert transcribe_many(rec, sources) == alone
+    assert len({r["text"] for r in alone}) > 1
 
 
 def test_a_full_queue_answers_429_and_sigterm_finishes_the_requests_in_flight(package, tmp_path):

@@ -8,8 +8,10 @@ Routes:
     GET  /metrics                   → Prometheus text: requests by status, audio seconds, latency, queue depth
 
 Each model is loaded once and decodes on one thread of its own, so requests never copy it and never interleave
-on it (its torch threads do the parallel work); requests wait for that thread in a queue of at most
-`ServeConfig.max_queue`, and one more is answered 429. Every bad request gets its status and a JSON error naming
+on it (its torch threads do the parallel work). Requests that arrive together are decoded together: a model's
+batcher takes what waits in its queue (gathering for `batch_wait_ms` after the first, at most
+`max_batch_requests`), and `transcribe_many` decodes all their segments in shared batches, similar lengths side by
+side. At most `ServeConfig.max_queue` requests wait for a model; one more is answered 429. Every bad request gets its status and a JSON error naming
 the problem (400 not audio, 401 no or a wrong key, 404 an unknown model, 413 too large or too long, 415 not a
 form, 422 a missing or wrong field, 429 busy); the server keeps serving.
 """
@@ -48,6 +50,8 @@ class ServeConfig:
     max_upload_mb: float = 25.0  # OpenAI's own limit
     max_audio_seconds: float = 600.0
     max_queue: int = 64
+    batch_wait_ms: float = 10.0  # how long a model's batcher gathers requests after the first
+    max_batch_requests: int = 16  # requests decoded together at most
     max_streams: int = 16  # live streams at once
     stream_idle_seconds: float = 30.0  # a stream that sends nothing this long is closed
 
@@ -61,14 +65,26 @@ class RequestError(Exception):
 
 
 @dataclass
+class Job:
+    """A transcription request waiting for its model's batcher."""
+
+    audio: bytes
+    words: bool
+    hotwords: tuple[str, ...]
+    future: asyncio.Future
+
+
+@dataclass
 class ModelSlot:
-    """A loaded model (a `Recognizer` or `ExportedRecognizer`), the one thread that decodes with it, and how many
-    requests wait for that thread."""
+    """A loaded model (a `Recognizer` or `ExportedRecognizer`), the one thread that decodes with it, the queue of
+    requests for it and the task that batches them (started with the first request)."""
 
     name: str
     recognizer: object
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     waiting: int = 0
+    queue: asyncio.Queue | None = None
+    batcher: asyncio.Task | None = None
 
 
 def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -> Starlette:
@@ -98,8 +114,12 @@ def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -
         slot.waiting += 1
         metrics.queue_depth(slot.name, slot.waiting)
         try:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(slot.executor, _transcribe, slot.recognizer, audio, words, options)
+            if slot.batcher is None:
+                slot.queue = asyncio.Queue()
+                slot.batcher = asyncio.create_task(_batcher(slot, config, metrics))
+            job = Job(audio, words, tuple(options.get("hotwords", ())), asyncio.get_running_loop().create_future())
+            await slot.queue.put(job)
+            result = await job.future
         finally:
             slot.waiting -= 1
             metrics.queue_depth(slot.name, slot.waiting)
@@ -275,17 +295,56 @@ def _check_audio(audio: bytes, config: ServeConfig) -> float:
     return seconds
 
 
-def _transcribe(recognizer, audio: bytes, words: bool, options: dict) -> dict:
-    """Runs on the model's thread. A UserError (audio that does not decode, hotwords the model cannot write, word
-    times without a CTC head) becomes a 400/422 naming it."""
-    if options.get("hotwords") and not hasattr(recognizer, "with_hotwords"):
+async def _batcher(slot: ModelSlot, config: ServeConfig, metrics: Metrics) -> None:
+    """Forever: take the requests waiting for the model (those arriving within `batch_wait_ms` of the first, at
+    most `max_batch_requests`), decode those that ask the same (word times, hotwords) together, answer each."""
+    loop = asyncio.get_running_loop()
+    while True:
+        jobs = [await slot.queue.get()]
+        deadline = loop.time() + config.batch_wait_ms / 1000
+        while len(jobs) < config.max_batch_requests:
+            try:
+                jobs.append(await asyncio.wait_for(slot.queue.get(), max(0.0, deadline - loop.time())))
+            except asyncio.TimeoutError:
+                break
+        metrics.batch(len(jobs))
+        groups: dict[tuple, list[Job]] = {}
+        for job in jobs:
+            groups.setdefault((job.words, job.hotwords), []).append(job)
+        for (words, hotwords), group in groups.items():
+            try:
+                results = await loop.run_in_executor(slot.executor, _transcribe, slot.recognizer,
+                                                     [j.audio for j in group], words, hotwords)
+            except RequestError as e:  # one bad file fails its group: decode them one by one, so only it fails
+                results = [await _alone(loop, slot, job) for job in group] if len(group) > 1 else [e]
+            except Exception as e:  # never let the batcher die: the request gets a 500, the server goes on
+                results = [e] * len(group)
+            for job, result in zip(group, results):
+                if not job.future.done():
+                    (job.future.set_exception if isinstance(result, Exception) else job.future.set_result)(result)
+
+
+async def _alone(loop, slot: ModelSlot, job: Job):
+    try:
+        return (await loop.run_in_executor(slot.executor, _transcribe, slot.recognizer, [job.audio], job.words,
+                                           job.hotwords))[0]
+    except Exception as e:
+        return e
+
+
+def _transcribe(recognizer, audios: list[bytes], words: bool, hotwords: tuple[str, ...]) -> list[dict]:
+    """Runs on the model's thread: several files decoded together (`transcribe_many`). A UserError (audio that
+    does not decode, hotwords the model cannot write, word times without a CTC head) becomes a 400/422 naming it."""
+    from asr_transformer.transcribe import transcribe_many
+
+    if hotwords and not hasattr(recognizer, "with_hotwords"):
         raise RequestError(422, "hotwords: this model is an export, which decodes without hotwords", param="hotwords")
     try:
-        if options.get("hotwords"):
-            recognizer = recognizer.with_hotwords(options["hotwords"])
+        if hotwords:
+            recognizer = recognizer.with_hotwords(list(hotwords))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return recognizer.transcribe(audio, word_timestamps=words)
+            return transcribe_many(recognizer, audios, word_timestamps=words)
     except AudioError as e:
         raise RequestError(400, f"file: {e}", param="file") from None
     except UserError as e:

@@ -1,5 +1,5 @@
 """The server's counters in Prometheus' text format (`GET /metrics`): requests by path and status, their latency
-as a histogram, the audio transcribed, and how many requests wait for each model."""
+as a histogram, the audio transcribed, how many requests wait for each model and how many were batched together."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ class Metrics:
     latency_count: int = 0
     audio_seconds: float = 0.0
     waiting: dict = field(default_factory=dict)  # model → requests waiting for it
+    batches: Counter = field(default_factory=Counter)  # requests decoded together → how many times
 
     def request(self, path: str, status: int, seconds: float) -> None:
         self.requests[(path, status)] += 1
@@ -25,6 +26,9 @@ class Metrics:
         for bound in LATENCY_BUCKETS:
             if seconds <= bound:
                 self.latency_buckets[bound] += 1
+
+    def batch(self, size: int) -> None:
+        self.batches[size] += 1
 
     def queue_depth(self, model: str, waiting: int) -> None:
         self.waiting[model] = waiting
@@ -43,4 +47,7 @@ class Metrics:
                   "# HELP asr_queue_depth Requests waiting for or being decoded by each model.",
                   "# TYPE asr_queue_depth gauge"]
         lines += [f'asr_queue_depth{{model="{m}"}} {n}' for m, n in sorted(self.waiting.items())]
+        lines += ["# HELP asr_batches_total Batches of requests decoded together, by how many requests.",
+                  "# TYPE asr_batches_total counter"]
+        lines += [f'asr_batches_total{{requests="{n}"}} {c}' for n, c in sorted(self.batches.items())]
         return "\n".join(lines) + "\n"
