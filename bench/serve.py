@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -29,10 +28,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
 from asr_transformer.recognizer import Recognizer  # noqa: E402
 from asr_transformer.threads import cpu_threads  # noqa: E402
+from bounded_search import cpu_name  # noqa: E402
 
 
 def free_port() -> int:
@@ -134,7 +135,7 @@ def main() -> None:
         proc.wait(timeout=120)
     lone = next((r["p50"] for r in rows if r["clients"] == 1), None)
     result = {"model": str(args.model), "manifest": str(args.manifest), "threads": threads,
-              "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+              "cpu": cpu_name(), "cores": os.cpu_count(),
               "mean audio seconds": float(np.mean([seconds[i] for i in picks])), "server peak MB": peak,
               "lone request p50": lone, "rows": rows}
     print(f"server peak memory {peak:.0f} MB")

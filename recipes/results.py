@@ -405,7 +405,29 @@ def benchmarks_section(bench: Path) -> str:
                              f"{on['per_audio_second']['ctc_terms']:,.0f} |")
     lines += hotwords_table([_load(path) for path in sorted(bench.glob("hotwords_*.json"))])
     lines += gpu_table(_load(bench / "gpu_check.json"))
+    lines += serve_table(_load(bench / "serve.json"))
     return "\n".join(lines) + "\n"
+
+
+def serve_table(run: dict | None) -> list[str]:
+    """`asr serve` under concurrent clients from `python bench/serve.py` (bench/serve.json), against decoding the
+    same files one at a time."""
+    if not run:
+        return []
+    alone = run["rows"][0]
+    lines = ["", "### Serving (`asr serve`)", "",
+             f"`python bench/serve.py {run['model']} {run['manifest']}`: clients send its files (mean "
+             f"{run['mean audio seconds']:.1f} s) to POST /v1/audio/transcriptions, each waiting for its answer; "
+             f"one at a time in one process: {alone['requests/s']:.2f} requests/s. Latency in seconds; batch: "
+             f"requests the server decoded together; server peak memory {run['server peak MB']:.0f} MB; "
+             f"{short_cpu_name(run['cpu'])}, {run['threads']} threads.", "",
+             "| clients | requests/s | audio s/s | × one at a time | p50 | p95 | p99 | mean batch | wrong answers |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in run["rows"][1:]:
+        lines.append(f"| {row['clients']} | {row['requests/s']:.2f} | {row['audio s/s']:.1f} | "
+                     f"{row['requests/s'] / alone['requests/s']:.2f} | {row['p50']:.2f} | {row['p95']:.2f} | "
+                     f"{row['p99']:.2f} | {row['mean batch']:.1f} | {row['mismatches']} |")
+    return lines
 
 
 def hotwords_table(runs: list[dict]) -> list[str]:
