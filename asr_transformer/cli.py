@@ -497,6 +497,8 @@ HOTWORDS = typer.Option(None, "--hotwords", help="A file of phrases to favour (n
                         "and rescore take them (default: the package's list).")
 HOTWORD = typer.Option([], "--hotword", metavar="<str>", help="A phrase to favour, PHRASE or PHRASE:SCORE; "
                        "repeatable, and added to --hotwords' list.")
+NUMBERS = typer.Option(None, help="How the text writes numbers: digits (15), words (fifteen) or as the model "
+                       "wrote them ('', the default unless the package says otherwise).")
 HOTWORD_SCORE = typer.Option(None, help="Bonus per token of a listed phrase whose line gives none (log-probability; "
                              "default: the package's).")
 DEVICE = typer.Option("auto", help="cpu, cuda, cuda:N or auto.")
@@ -593,6 +595,7 @@ def decode(
     hotwords: Optional[Path] = HOTWORDS,
     hotword: List[str] = HOTWORD,
     hotword_score: Optional[float] = HOTWORD_SCORE,
+    numbers: Optional[str] = NUMBERS,
     device: str = DEVICE,
     threads: int = THREADS,
     precision: str = PRECISION,
@@ -618,7 +621,7 @@ def decode(
                       lm_weight=lm_weight, word_lm_weight=word_lm_weight, nbest=nbest, batch_size=batch_size,
                       chunk_ms=chunk_ms, left_chunks=left_chunks, ctc_window=ctc_window,
                       beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds,
-                      hotwords=_hotwords(hotwords, hotword), hotword_score=hotword_score)
+                      hotwords=_hotwords(hotwords, hotword), hotword_score=hotword_score, numbers=numbers)
     rec.decode_manifest(manifest, out, modes or None, score=score, skip_bad=skip_bad)
 
 
@@ -643,6 +646,7 @@ def package_(
                                             "lines) to store as the package's list; an empty file removes it."),
     hotword: List[str] = HOTWORD,
     hotword_score: Optional[float] = HOTWORD_SCORE,
+    numbers: Optional[str] = NUMBERS,
     result: List[str] = typer.Option([], help="NAME=DIR: record the result of a decoding of this package (a folder "
                                      "with result.json and rtf.json, e.g. dev=exp/decode_dev); repeatable."),
     sign: bool = typer.Option(False, "--sign", help="Sign OUT with the key in ASR_PACKAGE_KEY, accepting MODEL "
@@ -660,7 +664,7 @@ def package_(
                                      maskctc_threshold=maskctc_threshold, lm_weight=lm_weight,
                                      word_lm_weight=word_lm_weight, batch_size=batch_size,
                                      hotwords=_hotwords(hotwords, hotword),
-                                     hotword_score=hotword_score).items() if v is not None}
+                                     hotword_score=hotword_score, numbers=numbers).items() if v is not None}
     if no_lm and (lm is not None or word_lm is not None):
         _fail("--no-lm and --lm/--word-lm: choose one")
     lms = dict.fromkeys(LM_KINDS) if no_lm else {k: v for k, v in (("lm", lm), ("word_lm", word_lm)) if v is not None}
@@ -817,6 +821,7 @@ def transcribe(
     hotwords: Optional[Path] = HOTWORDS,
     hotword: List[str] = HOTWORD,
     hotword_score: Optional[float] = HOTWORD_SCORE,
+    numbers: Optional[str] = NUMBERS,
     realtime: bool = typer.Option(False, "--realtime", help="--stream: feed a file no faster than it plays."),
     raw_rate: int = typer.Option(0, "--raw-rate", help="--stream: stdin is headerless 16-bit mono PCM at this "
                                  "sample rate (Hz) instead of WAV."),
@@ -838,7 +843,7 @@ def transcribe(
                       word_lm_weight=word_lm_weight, batch_size=batch_size, nbest=1,
                       chunk_ms=None if stream else chunk_ms, left_chunks=left_chunks, ctc_window=ctc_window,
                       beam_threshold=beam_threshold, end_detect=end_detect, split_seconds=split_seconds,
-                      hotwords=_hotwords(hotwords, hotword), hotword_score=hotword_score)
+                      hotwords=_hotwords(hotwords, hotword), hotword_score=hotword_score, numbers=numbers)
     if stream:
         _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate, mode or "rescore")
         return

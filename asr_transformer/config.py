@@ -187,6 +187,7 @@ class DecodeConfig:
     # of a phrase whose entry gives none; every search but the greedy ones takes them
     hotwords: list = field(default_factory=list)
     hotword_score: float = 2.0
+    numbers: str = ""  # how the text writes numbers: "" as the model wrote them, digits (15) or words (fifteen)
 
 
 CTC_MODES = ("joint", "ctc", "ctc_beam", "maskctc", "rescore")  # decoding modes that read the CTC head
@@ -374,6 +375,7 @@ RANGES = [
     ("decode.left_chunks", lambda v: v >= -1, "≥ -1 (-1: every chunk before)"),
     ("decode.hotwords", lambda v: all(isinstance(e, str) and e.strip() for e in v), "a list of phrases"),
     ("decode.hotword_score", lambda v: 0 <= v < float("inf"), "≥ 0"),
+    ("decode.numbers", lambda v: v in ("", "digits", "words"), "digits, words or '' (as the model wrote them)"),
 ]
 
 

@@ -25,6 +25,7 @@ from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict, max_o
 from asr_transformer.decode import Hypothesis
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import read_json
+from asr_transformer.numerals import spell_numbers
 from asr_transformer.threads import cpu_threads
 from asr_transformer.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 
@@ -358,8 +359,9 @@ class ExportedRecognizer:
         return best
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
-        """Tokens → text for people (a phone model's: words, the nearest for a non-word)."""
-        return getattr(self.tokenizer, "transcript", self.tokenizer.decode)(tokens)
+        """Tokens → text for people (a phone model's: words, the nearest for a non-word), numbers written as the
+        options say."""
+        return spell_numbers(getattr(self.tokenizer, "transcript", self.tokenizer.decode)(tokens), self.options.numbers)
 
     def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
                         score: bool = True, skip_bad: bool = False) -> dict:

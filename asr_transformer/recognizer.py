@@ -34,6 +34,7 @@ from asr_transformer.decode.hotwords import HotwordError, context_graph
 from asr_transformer.decode.search import (BIASED_MODES, LM_MODES, DecodeError, check_modes, fusion_lm, read_lm,
                                            recognize, rescore, search_encoded, transcriber)
 from asr_transformer.model.asr import NoCTCError
+from asr_transformer.numerals import NUMBER_STYLES, spell_numbers
 from asr_transformer.package import check_precision, load_package, read_package
 from asr_transformer.writers import write_decoding
 
@@ -75,6 +76,8 @@ class Recognizer:
             raise DecodeError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         self.options = replace(self.config.decode, **options)
         check_modes(self.options.mode)
+        if self.options.numbers not in NUMBER_STYLES:
+            raise DecodeError(f"numbers: {self.options.numbers!r}; choose digits, words or '' (as the model wrote them)")
         if self.options.beam < 1 or self.options.batch_size < 1:
             raise DecodeError(f"beam and batch_size must be at least 1 (got {self.options.beam}, "
                               f"{self.options.batch_size})")
@@ -179,7 +182,8 @@ class Recognizer:
         """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,
         else the tokenizer's nearest words)."""
         mode = mode or self.options.mode
-        return transcriber(self.tokenizer, self.fusion if mode in LM_MODES else None)(tokens)
+        text = transcriber(self.tokenizer, self.fusion if mode in LM_MODES else None)(tokens)
+        return spell_numbers(text, self.options.numbers)
 
     def decode_waves(self, waves: list[np.ndarray], speaker=None) -> list[Hypothesis]:
         """Utterances of 16 kHz mono samples, decoded together → the best hypothesis of each.
