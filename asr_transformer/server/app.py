@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -136,6 +137,10 @@ def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -
             response = await handler(request)
         except RequestError as e:
             response = JSONResponse(e.body, status_code=e.status)
+        except Exception as e:  # a fault of the server, not of the request: said, logged, and the server goes on
+            logging.getLogger("asr_transformer.server").exception("%s %s failed", request.method, request.url.path)
+            response = JSONResponse(error_body(f"the server failed on this request ({type(e).__name__}: {e})",
+                                               "server_error"), status_code=500)
         metrics.request(request.url.path, response.status_code, time.monotonic() - started)
         return response
 
