@@ -188,20 +188,24 @@ async def _serve_stream(websocket: WebSocket, slot: ModelSlot, config: ServeConf
             return
         if message["type"] == "websocket.disconnect":
             return
-        if message.get("bytes") is not None:
-            metrics.audio_seconds += len(message["bytes"]) / 2 / 16000
-            events = await loop.run_in_executor(slot.executor, session.feed, message["bytes"])
-        elif _is_end(message.get("text")):
-            events = await loop.run_in_executor(slot.executor, session.finish)
-            for event in events + [{"type": "done"}]:
-                await websocket.send_json(event)
-            await websocket.close()
-            return
-        else:
+        audio = message.get("bytes")
+        if audio is None and not _is_end(message.get("text")):
             await _refuse(websocket, 'send binary 16-bit PCM at 16 kHz, then the text {"type": "end"}', 1003)
+            return
+        try:
+            if audio is not None:
+                metrics.audio_seconds += len(audio) / 2 / 16000
+                events = await loop.run_in_executor(slot.executor, session.feed, audio)
+            else:
+                events = await loop.run_in_executor(slot.executor, session.finish) + [{"type": "done"}]
+        except UserError as e:  # audio or a model the stream cannot take: said, and this stream ends
+            await _refuse(websocket, str(e), 1011)
             return
         for event in events:
             await websocket.send_json(event)
+        if audio is None:
+            await websocket.close()
+            return
 
 
 def _is_end(text: str | None) -> bool:
