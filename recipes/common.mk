@@ -142,6 +142,13 @@ WHISPER_BEAM ?= 5
 WHISPER_SETS = dev $(TEST)
 # WHISPER_TRAIN_ARGS: more `asr train` options, e.g. --set 'train.freeze_modules=[encoder]'
 WHISPER_TRAIN_ARGS ?=
+# what fine-tuning trains on: the training set's consecutive sentences joined into 10-30-s examples (`asr join`),
+# so that the model keeps writing long, multi-sentence transcripts (train.jsonl: one sentence per example)
+WHISPER_TRAIN ?= train_joined.jsonl
+# the general-English check: other voices (`asr prepare general-english`: LJ Speech, LibriVox, JFK; public domain,
+# downloaded from PyPI packages), decoded before and after fine-tuning, so what adaptation forgets shows
+GENERAL ?= $(DATA)/general_english
+WHISPER_SETS += general
 
 .PHONY: whisper whisper_check
 whisper: whisper_check $(foreach s,$(WHISPER_SETS),$(WHISPER_EXP)/decode_$(s)_zeroshot/done $(WHISPER_EXP)/decode_$(s)/done)
@@ -156,20 +163,33 @@ $(ZEROSHOT): | $(DATA)/summary.json
 	$(ASR) import whisper $(WHISPER) --out $@ --tokenizer-dir $(@D)/tokenizer --pad-to-seconds $(WHISPER_PAD) \
 		$(if $(WHISPER_TOKENIZER),--tokenizer $(WHISPER_TOKENIZER))
 
-$(WHISPER_EXP)/decode_%_zeroshot/done: $(ZEROSHOT)
+# the splits come with the data (and stay: they are no intermediate files)
+$(DATA)/%.jsonl: | $(DATA)/summary.json ;
+.PRECIOUS: $(DATA)/%.jsonl
+
+$(DATA)/general.jsonl: | $(DATA)/summary.json
+	$(ASR) prepare general-english --out $(GENERAL)
+	ln -sf $(abspath $(GENERAL))/test.jsonl $@
+
+$(WHISPER_EXP)/decode_%_zeroshot/done: $(ZEROSHOT) $(DATA)/%.jsonl
 	$(ASR) decode $< $(DATA)/$*.jsonl --beam $(WHISPER_BEAM) --threads $(THREADS) --out $(@D) --no-score
 	touch $@
 
-$(WHISPER_EXP)/train.done: $(ZEROSHOT) $(WHISPER_CONF)
-	$(ASR) train --data $(DATA) --tokenizer $(<D)/tokenizer --exp $(@D) --config $(WHISPER_CONF) \
-		--threads $(THREADS) --set train.init_from=$(ZEROSHOT) $(WHISPER_TRAIN_ARGS)
+$(DATA)/train_joined.jsonl: | $(DATA)/summary.json
+	$(ASR) join $(DATA)/train.jsonl $@
+
+$(WHISPER_EXP)/train.done: $(ZEROSHOT) $(WHISPER_CONF) $(DATA)/$(WHISPER_TRAIN)
+	$(ASR) train --data $(DATA) --train-manifest $(WHISPER_TRAIN) --tokenizer $(<D)/tokenizer --exp $(@D) \
+		--config $(WHISPER_CONF) --threads $(THREADS) --set train.init_from=$(ZEROSHOT) $(WHISPER_TRAIN_ARGS)
 	touch $@
 
+# the best epochs by the config's train.best_metric (keep_best of them), as `asr train` kept them
+WHISPER_AVERAGE = --best $$(sed -n 's/^  keep_best: *//p' $(@D)/config.yaml) --by $$(sed -n 's/^  best_metric: *//p' $(@D)/config.yaml)
 $(WHISPER_EXP)/model.pt: $(WHISPER_EXP)/train.done
-	$(ASR) average $(@D) --best 4 --by valid_loss --out $(@D)/averaged.pt
+	$(ASR) average $(@D) $(WHISPER_AVERAGE) --out $(@D)/averaged.pt
 	$(ASR) package $(@D)/averaged.pt --out $@ --mode beam --beam $(WHISPER_BEAM) --length-penalty 0
 
-$(WHISPER_EXP)/decode_%/done: $(WHISPER_EXP)/model.pt
+$(WHISPER_EXP)/decode_%/done: $(WHISPER_EXP)/model.pt $(DATA)/%.jsonl
 	$(ASR) decode $< $(DATA)/$*.jsonl --threads $(THREADS) --out $(@D) --no-score
 	touch $@
 

@@ -86,10 +86,11 @@ def test_default_recipe_in_miniature(tmp_path):
             'TRAIN_ARGS="--set train.max_epochs=2 --set train.max_minutes=0.0001"`'
             ) in text  # data.min_duration=0.1 is the default; LM_BEAM is BEAM, so not repeated
     assert "1 epochs (of train.max_epochs=2: what fitted in train.max_minutes=0.0001)" in text
-    # one table: set, decoding, CER, WER, RTF, then the epochs, training time and CPU on every row
+    # one table: set, decoding, CER, WER, WER by Whisper's normalizer, RTF, then the epochs, training time and CPU
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| test | ")]
     assert {row[1] for row in rows} >= {"greedy", "ctc", "beam + 2-gram LM `lm_2gram.arpa` (beam 2, weight 0.2, length bonus 0)"}
-    assert all(row[5] == "1" and row[6].endswith(" min") and row[7].endswith(" cores |") for row in rows)
+    assert all(float(row[4]) >= 0 and row[6] == "1" and row[7].endswith(" min") and row[8].endswith(" cores |")
+               for row in rows)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -113,13 +114,19 @@ def test_make_whisper_fine_tunes_the_imported_model_with_the_recipes_conf_and_de
     steps = make_plan(recipe, f"DATA={data}", f"WHISPER_EXP={exp}", "WHISPER=/ckpt/tiny.en", "whisper")
     zeroshot = exp / "zeroshot/model.pt"
     assert f"asr import whisper /ckpt/tiny.en --out {zeroshot} --tokenizer-dir {exp}/zeroshot/tokenizer" in steps
-    assert (f"asr train --data {data} --tokenizer {exp}/zeroshot/tokenizer --exp {exp} --config conf/whisper_tiny.yaml"
-            in steps and f"--set train.init_from={zeroshot}" in steps)
+    joined = recipe != "fsdd"  # sentences joined into 10-30-s examples; FSDD's digits one recording per example
+    assert (f"asr join {data}/train.jsonl {data}/train_joined.jsonl" in steps) == joined
+    manifest = "train_joined.jsonl" if joined else "train.jsonl"
+    assert (f"asr train --data {data} --train-manifest {manifest} --tokenizer {exp}/zeroshot/tokenizer "
+            f"--exp {exp} --config conf/whisper_tiny.yaml" in steps.replace("\\\n\t", "")
+            and f"--set train.init_from={zeroshot}" in steps)
     assert (ROOT / "recipes" / recipe / "conf/whisper_tiny.yaml").is_file()
-    for split in ("dev", "test"):
+    assert f"asr prepare general-english --out {data}/general_english" in steps  # other voices: what is forgotten
+    for split in ("dev", "test", "general"):
         assert f"asr decode {zeroshot} {data}/{split}.jsonl --beam 5" in steps
         assert f"asr decode {exp}/model.pt {data}/{split}.jsonl" in steps
         assert f"asr score {exp}/decode_{split}_zeroshot && asr score {exp}/decode_{split} &&" in steps
+    assert "rm " not in steps  # the manifests are kept
     # no checkpoint: the stage says what to install and stops before anything runs
     run = subprocess.run(["make", "-C", str(ROOT / "recipes" / recipe), "ASR=asr", "WHISPER=", f"DATA={data}",
                           f"WHISPER_EXP={exp}", "whisper"], capture_output=True, text=True)
