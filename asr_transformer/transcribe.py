@@ -385,24 +385,38 @@ class WindowMerger:
     """Consecutive segments joined into windows of at most `window` seconds (first speech to last), for models
     that read a whole window at once (Whisper: 30 s): each segment alone would lose the sentence around it. The
     silence between two segments is written as zeros; where their context audio overlaps, the later one's is kept.
+    A window starts where the one before it ended (the file's start for the first), the silence before its first
+    segment written as zeros where it fits, so a file shorter than the window is read as decoding it whole reads it.
     `push` a segment → the windows it closes; `finish` → the last one."""
 
     def __init__(self, window: float):
-        self.window, self.open = window, None
+        self.window, self.open, self.heard = window, None, 0.0  # heard: where the last window's audio ended
 
     def push(self, segment: Segment) -> list[Segment]:
         if self.open is None:
-            self.open = segment
+            self.open = self._lead_in(segment)
             return []
-        if segment.end - self.open.start <= self.window:
+        if _audio_end(segment) - self.open.audio_start <= self.window:  # its audio, context included, fits
             self.open = _joined(self.open, segment)
             return []
-        closed, self.open = self.open, segment
-        return [closed]
+        closed = self.finish()
+        self.open = self._lead_in(segment)
+        return closed
 
     def finish(self) -> list[Segment]:
         closed, self.open = self.open, None
-        return [] if closed is None else [closed]
+        if closed is None:
+            return []
+        self.heard = _audio_end(closed)
+        return [closed]
+
+    def _lead_in(self, segment: Segment) -> Segment:
+        """`segment` with zeros before it back to where the last window ended, when the window still holds it."""
+        lead = round((segment.audio_start - self.heard) * SAMPLE_RATE)
+        if lead <= 0 or _audio_end(segment) - self.heard > self.window:
+            return segment
+        return Segment(segment.start, segment.end, np.concatenate([np.zeros(lead, np.float32), segment.audio]),
+                       self.heard)
 
 
 class SegmentStream:
@@ -448,6 +462,10 @@ def window_seconds(cfg) -> float:
     if cfg.model.positions == "whisper":
         return cfg.model.max_source_positions * cfg.model.subsampling * cfg.features.frame_shift_ms / 1000
     return WHISPER_WINDOW
+
+
+def _audio_end(segment: Segment) -> float:
+    return segment.audio_start + segment.audio.size / SAMPLE_RATE
 
 
 def _joined(a: Segment, b: Segment) -> Segment:

@@ -654,3 +654,33 @@ def test_transcribe_refuses_a_truncated_wav_and_samples_out_of_range(package, tm
         rec.transcribe(huge)
     with pytest.raises(AudioError, match=r"samples out of range"):
         rec.transcribe(np.full(SR, 1e30, np.float32))
+
+
+def test_whisper_windows_hold_their_segments_and_never_pass_the_window():
+    """WindowMerger: windows in order, each segment in one window, every window's audio (context and lead-in
+    included) within the window's seconds, starting where the last one ended when it fits."""
+    from asr_transformer.transcribe import Segment, WindowMerger
+
+    rng = np.random.default_rng(3)
+    segments, t = [], 0.4
+    for _ in range(60):
+        speech = rng.uniform(0.3, 12.0)
+        start = t + rng.uniform(0.3, 4.0)
+        audio_start = start - 0.2
+        audio = rng.standard_normal(int((speech + 0.4) * SR)).astype(np.float32)
+        segments.append(Segment(start, start + speech, audio, audio_start))
+        t = start + speech
+    merger = WindowMerger(30.0)
+    windows = [w for s in segments for w in merger.push(s)] + merger.finish()
+    assert len(windows) < len(segments)
+    covered = 0
+    for w in windows:
+        assert w.audio.size / SR <= 30.0 + 1e-6
+        inside = [s for s in segments if w.start <= s.start and s.end <= w.end]
+        assert inside and inside[0].start == w.start and inside[-1].end == w.end
+        covered += len(inside)
+        for s in inside:  # the segment's audio up to its speech's end is in the window where it was
+            offset, speech = round((s.audio_start - w.audio_start) * SR), round((s.end - s.audio_start) * SR)
+            assert np.array_equal(w.audio[offset:offset + speech], s.audio[:speech])
+    assert covered == len(segments)
+    assert windows[0].audio_start == 0.0  # the first window reads the file from its start
