@@ -30,8 +30,9 @@ from asr_transformer.fileio import atomic_open
 
 def plan_examples(utterances: list[Utterance], min_seconds: float, max_seconds: float, gap_seconds: float,
                   seed: int = 0) -> list[list[Utterance]]:
-    """Group consecutive utterances of one speaker into examples of at most their drawn target length (an
-    utterance longer than `max_seconds` is an example of its own); every utterance is in exactly one group."""
+    """Group consecutive utterances of one speaker (the first take of each text in manifest order, then the second
+    takes, …) into examples of at most their drawn target length (an utterance longer than that is an example of
+    its own); every utterance is in exactly one group, and no group holds a text twice."""
     if not 0 < min_seconds <= max_seconds:
         raise ManifestError(f"join lengths: need 0 < min ≤ max seconds, got {min_seconds:g} and {max_seconds:g}")
     draw = random.Random(seed)
