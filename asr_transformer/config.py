@@ -11,6 +11,7 @@ import yaml
 
 from asr_transformer.fileio import atomic_open
 from asr_transformer.errors import UserError
+from asr_transformer.numerals import NUMBER_STYLES
 
 
 @dataclass
@@ -375,7 +376,7 @@ RANGES = [
     ("decode.left_chunks", lambda v: v >= -1, "≥ -1 (-1: every chunk before)"),
     ("decode.hotwords", lambda v: all(isinstance(e, str) and e.strip() for e in v), "a list of phrases"),
     ("decode.hotword_score", lambda v: 0 <= v < float("inf"), "≥ 0"),
-    ("decode.numbers", lambda v: v in ("", "digits", "words"), "digits, words or '' (as the model wrote them)"),
+    ("decode.numbers", lambda v: v in NUMBER_STYLES, "digits, words or '' (as the model wrote them)"),
 ]
 
 

@@ -361,7 +361,8 @@ class ExportedRecognizer:
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """Tokens → text for people (a phone model's: words, the nearest for a non-word), numbers written as the
         options say."""
-        return spell_numbers(getattr(self.tokenizer, "transcript", self.tokenizer.decode)(tokens), self.options.numbers)
+        text = getattr(self.tokenizer, "transcript", self.tokenizer.decode)(tokens)
+        return spell_numbers(text, self.options.numbers)
 
     def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
                         score: bool = True, skip_bad: bool = False) -> dict:

@@ -435,16 +435,18 @@ class SegmentStream:
     def __iter__(self) -> Iterator[Segment]:
         segmenter = Segmenter(self.max_segment)
         merger = WindowMerger(self.window) if self.window else None
+
+        def windows(segments: list[Segment]) -> list[Segment]:  # what the model reads: segments or windows of them
+            return [w for s in segments for w in merger.push(s)] if merger else segments
+
         found = False
         for block in stream_audio(self.source):
-            for s in segmenter.push(block):
-                for segment in merger.push(s) if merger else [s]:
-                    found = True
-                    yield segment
+            for segment in windows(segmenter.push(block)):
+                found = True
+                yield segment
             if self.between_blocks is not None:
                 self.between_blocks(segmenter.position)
-        for segment in [w for s in segmenter.finish() for w in (merger.push(s) if merger else [s])] + (
-                merger.finish() if merger else []):
+        for segment in windows(segmenter.finish()) + (merger.finish() if merger else []):
             found = True
             yield segment
         self.duration = segmenter.samples / SAMPLE_RATE
@@ -594,7 +596,12 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
     duration = segments.duration
     if progress is not None:
         progress(duration, total if total is not None else duration, decoded)
-    return {"text": " ".join(s["text"] for s in results), "segments": results, "duration": duration}
+    return _result(results, duration)
+
+
+def _result(segments: list[dict], duration: float) -> dict:
+    """A file's transcript: its segments' texts joined, the segments, its length."""
+    return {"text": " ".join(s["text"] for s in segments), "segments": segments, "duration": duration}
 
 
 def transcribe_many(recognizer, sources: list[AudioSource], word_timestamps: bool = False,
@@ -618,5 +625,4 @@ def transcribe_many(recognizer, sources: list[AudioSource], word_timestamps: boo
     for (i, _), result in zip(owned, decoded):
         if result is not None:
             results[i].append(result)
-    return [{"text": " ".join(r["text"] for r in rs), "segments": rs, "duration": stream.duration}
-            for rs, stream in zip(results, streams)]
+    return [_result(rs, stream.duration) for rs, stream in zip(results, streams)]

@@ -53,6 +53,7 @@ class WordBoundaryLM:
         self.pieces = [p if i > MASK else "" for i, p in enumerate(pieces)]
         self.starts_word = torch.tensor([p.startswith(WORD_START) for p in self.pieces])  # (V,)
         self._state: dict[tuple, tuple[tuple[int, ...], str]] = {}
+        self._ids: dict[str, tuple[int, ...]] = {}  # spelled word → its LM ids: normalized once, not every step
 
     # -------------------------------------------------------------------------- prefix → words
 
@@ -77,7 +78,13 @@ class WordBoundaryLM:
 
     def _word_ids(self, spelled: str) -> tuple[int, ...]:
         """The LM's ids of the word(s) `spelled` is once normalized (none for punctuation alone; <unk> if unknown)."""
-        return tuple(self.word_lm.words.get(w, UNK) for w in normalize(spelled, self.normalizer).split())
+        ids = self._ids.get(spelled)
+        if ids is None:
+            if len(self._ids) > _CACHE_ROWS:
+                self._ids.clear()
+            ids = self._ids[spelled] = tuple(self.word_lm.words.get(w, UNK)
+                                             for w in normalize(spelled, self.normalizer).split())
+        return ids
 
     def _word_scores(self, done: tuple[int, ...], current: str) -> tuple[float, float]:
         """log p_word of finishing `current` after `done`, and of finishing it and then </s>."""

@@ -11,9 +11,9 @@ Each model is loaded once and decodes on one thread of its own, so requests neve
 on it (its torch threads do the parallel work). Requests that arrive together are decoded together: a model's
 batcher takes what waits in its queue (gathering for `batch_wait_ms` after the first, at most
 `max_batch_requests`), and `transcribe_many` decodes all their segments in shared batches, similar lengths side by
-side. At most `ServeConfig.max_queue` requests wait for a model; one more is answered 429. Every bad request gets its status and a JSON error naming
-the problem (400 not audio, 401 no or a wrong key, 404 an unknown model, 413 too large or too long, 415 not a
-form, 422 a missing or wrong field, 429 busy); the server keeps serving.
+side. At most `ServeConfig.max_queue` requests wait for a model; one more is answered 429. Every bad request gets
+its status and a JSON error naming the problem (400 not audio, 401 no or a wrong key, 404 an unknown model, 413
+too large or too long, 415 not a form, 422 a missing or wrong field, 429 busy); the server keeps serving.
 """
 
 from __future__ import annotations
