@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from asr_transformer.fileio import atomic_open
-from asr_transformer.errors import UserError
+from asr_transformer.errors import DecodeError, UserError
 from asr_transformer.numerals import NUMBER_STYLES
 
 
@@ -165,7 +165,7 @@ class DecodeConfig:
     """How a model decodes. The one place decoding defaults are written: a model package carries its own copy
     (`asr package` sets it to the values chosen on dev), and `asr decode`/`asr transcribe` options override it."""
 
-    mode: str = "joint"  # greedy | beam | joint | ctc | ctc_beam | maskctc | rescore
+    mode: str = "joint"  # one of MODES
     beam: int = 10
     ctc_weight: float = 0.3  # λ of the CTC score in joint and rescore
     length_penalty: float = 0.0  # score bonus per output token (beam, joint, rescore)
@@ -191,7 +191,30 @@ class DecodeConfig:
     numbers: str = ""  # how the text writes numbers: "" as the model wrote them, digits (15) or words (fifteen)
 
 
+MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
 CTC_MODES = ("joint", "ctc", "ctc_beam", "maskctc", "rescore")  # decoding modes that read the CTC head
+
+
+def validate_decoding(options: DecodeConfig) -> None:
+    """Check the decoding options' ranges (RANGES), as `validate` does a whole config's: ConfigError naming the
+    first value out of range, `decode.<field>=<value>: must be …`."""
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if (allowed := range_error(f"decode.{f.name}", value)) is not None:
+            raise ConfigError(f"decode.{f.name}={value!r}: must be {allowed}")
+
+
+def check_modes(modes) -> list[str]:
+    """`modes` (one name or several) → their list; DecodeError for an unknown, missing or repeated one."""
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    if not modes:
+        raise DecodeError(f"no decoding mode given; choose from: {', '.join(MODES)}")
+    for m in modes:
+        if m not in MODES:
+            raise DecodeError(f"unknown decoding mode '{m}'; choose from: {', '.join(MODES)}")
+    if len(set(modes)) != len(modes):
+        raise DecodeError(f"decoding mode listed twice in {', '.join(modes)}")
+    return modes
 
 
 def fit_decoding(cfg: "Config") -> None:
@@ -370,14 +393,31 @@ RANGES = [
     ("decode.max_len_ratio", lambda v: v > 0, "> 0"),
     ("decode.maskctc_iterations", lambda v: v >= 1, "≥ 1"),
     ("decode.maskctc_threshold", _probability, "in [0, 1]"),
+    ("decode.lm_weight", lambda v: v >= 0, "≥ 0"),
+    ("decode.word_lm_weight", lambda v: v >= 0, "≥ 0"),
     ("decode.nbest", lambda v: v >= 1, "≥ 1"),
     ("decode.batch_size", lambda v: v >= 1, "≥ 1"),
     ("decode.chunk_ms", lambda v: v >= 0, "≥ 0 (0: full context)"),
     ("decode.left_chunks", lambda v: v >= -1, "≥ -1 (-1: every chunk before)"),
+    ("decode.ctc_window", lambda v: v >= 0, "≥ 0 (0: every frame)"),
+    ("decode.beam_threshold", lambda v: v >= 0, "≥ 0 (0: no threshold)"),
+    ("decode.end_detect", lambda v: v >= 0, "≥ 0 (0: off)"),
+    ("decode.split_seconds", lambda v: v >= 0, "≥ 0 (0: whole utterances)"),
     ("decode.hotwords", lambda v: all(isinstance(e, str) and e.strip() for e in v), "a list of phrases"),
     ("decode.hotword_score", lambda v: 0 <= v < float("inf"), "≥ 0"),
     ("decode.numbers", lambda v: v in NUMBER_STYLES, "digits, words or '' (as the model wrote them)"),
 ]
+
+
+def range_error(key: str, value) -> str | None:
+    """What `key` ("section.name") must be when `value` is outside its range in RANGES; None when it is inside."""
+    for name, ok, allowed in RANGES:
+        if name == key:
+            try:
+                return None if ok(value) else allowed
+            except TypeError:  # e.g. a number where a list of strings goes
+                return allowed
+    return None
 
 
 def validate(cfg: Config, where: str = "config") -> None:
@@ -386,14 +426,10 @@ def validate(cfg: Config, where: str = "config") -> None:
     def fail(key, value, allowed):
         raise ConfigError(("" if where == "config" else f"{where}: ") + f"{key}={value!r}: must be {allowed}")
 
-    for key, ok, allowed in RANGES:
+    for key, _, _ in RANGES:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
-        try:
-            good = ok(value)
-        except TypeError:  # e.g. a list of strings
-            good = False
-        if not good:
+        if (allowed := range_error(key, value)) is not None:
             fail(key, value, allowed)
     m, d = cfg.model, cfg.data
     if m.d_model % m.heads:

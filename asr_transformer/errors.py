@@ -8,3 +8,8 @@ file, line, utterance or option, and what to do.
 
 class UserError(Exception):
     """A mistake in the input or the options, explained by the message."""
+
+
+class DecodeError(UserError, ValueError):
+    """A decoding request that cannot run (a mode, an option, a model that lacks what it needs); the message says
+    what to change."""

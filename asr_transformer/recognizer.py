@@ -25,16 +25,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asr_transformer.config import DecodeConfig
+from asr_transformer.config import ConfigError, DecodeConfig, validate_decoding
 from asr_transformer.data.audio import checked_samples
 from asr_transformer.decode import Hypothesis
 from asr_transformer.device import pick_device, synchronize
+from asr_transformer.progress import progress_bar
 from asr_transformer.threads import cpu_threads
 from asr_transformer.decode.hotwords import HotwordError, context_graph
 from asr_transformer.decode.search import (BIASED_MODES, LM_MODES, DecodeError, check_modes, fusion_lm, read_lm,
                                            recognize, rescore, search_encoded, transcriber)
 from asr_transformer.model.asr import NoCTCError
-from asr_transformer.numerals import NUMBER_STYLES, spell_numbers
+from asr_transformer.numerals import spell_numbers
 from asr_transformer.package import check_precision, load_package, read_package
 from asr_transformer.writers import write_decoding
 
@@ -52,7 +53,7 @@ class Recognizer:
         precision: fp32 | bf16 | fp16 | int8 | auto (`package.load_package`).
         lm, word_lm: the token / word n-gram LM: None (default) the package's own, if it has one; True the
             package's, an error if it has none; False none; a path: that ARPA file (`asr lm`, `asr lm --words`).
-        options: DecodeConfig fields that override the package's decoding defaults.
+        options: DecodeConfig fields that override the package's decoding defaults (DecodeError when out of range).
     Attributes:
         model (ASRModel), tokenizer, config (the package's Config), options (the DecodeConfig in use), device,
         precision, lms ({"lm" | "word_lm": the file it came from: its name when the package stores it}).
@@ -68,19 +69,18 @@ class Recognizer:
             self.precision = check_precision(precision, self.device)
         except ValueError as e:  # DeviceError included
             raise DecodeError(str(e)) from None
-        state = read_package(self.path)
-        self.model, self.tokenizer, self.config = load_package(self.path, self.device, self.precision, state)
         known = {f.name for f in fields(DecodeConfig)}
         unknown = sorted(set(options) - known)
         if unknown:
             raise DecodeError(f"unknown decoding option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        try:  # before the model loads
+            validate_decoding(replace(DecodeConfig(), **options))
+        except ConfigError as e:
+            raise DecodeError(str(e)) from None
+        state = read_package(self.path)
+        self.model, self.tokenizer, self.config = load_package(self.path, self.device, self.precision, state)
         self.options = replace(self.config.decode, **options)
         check_modes(self.options.mode)
-        if self.options.numbers not in NUMBER_STYLES:
-            raise DecodeError(f"numbers: {self.options.numbers!r}; choose digits, words or '' (as the model wrote them)")
-        if self.options.beam < 1 or self.options.batch_size < 1:
-            raise DecodeError(f"beam and batch_size must be at least 1 (got {self.options.beam}, "
-                              f"{self.options.batch_size})")
         self.lms: dict[str, str] = {}
         self._lm_sources, self._stored_lms = {"lm": lm, "word_lm": word_lm}, state.get("lms") or {}
         self._fusion = None  # (the LM to fuse, its weight), read when a mode that fuses one first runs
@@ -313,7 +313,7 @@ class Recognizer:
         rate = self.config.features.sample_rate
         results: dict[str, dict[int, list[Hypothesis]]] = {m: {} for m in modes}
         times = {**dict.fromkeys(modes, 0.0), "audio": 0.0, "features": 0.0}
-        with _progress() as bar:
+        with progress_bar() as bar:
             task = bar.add_task(f"decode {','.join(modes)}", total=len(inputs.utts))
             t0 = time.perf_counter()
             for batch, waves in inputs.batches(self.options.batch_size, rate, lambda n: bar.advance(task, n)):
@@ -348,10 +348,3 @@ class Recognizer:
             "word_lm_order": word_lm.order if word_lm is not None else None,
             "word_lm_weight": self.options.word_lm_weight if word_lm is not None else None,
             "options": vars(replace(self.options, mode=mode))}
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn())

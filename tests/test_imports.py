@@ -18,8 +18,9 @@ SOURCE = Path(__file__).resolve().parents[1] / PACKAGE
 # own __init__.py (whose lazy `Recognizer` makes it the top).
 LAYERS = [
     # imports nothing of the project, or only its neighbours here: errors, atomic files, text normalization, how
-    # numbers are written, the fixed token ids, the subsampling's frame arithmetic, malloc tunables, device choice, CPU threads
-    ["errors", "fileio", "text", "numerals", "tokens", "frames", "malloc", "device", "threads"],
+    # numbers are written, the fixed token ids, the subsampling's frame arithmetic, malloc tunables, device choice,
+    # CPU threads, progress bars
+    ["errors", "fileio", "text", "numerals", "tokens", "frames", "malloc", "device", "threads", "progress"],
     # option dataclasses, the checkpoint file format (of training checkpoints and model packages), WER scoring
     ["config", "checkpoint_io", "scoring"],
     ["data"],  # manifests, audio, features, tokenizers, training batches, corpus importers

@@ -35,7 +35,7 @@ def test_recognizer_refuses_an_unknown_style(tiny_package):
     from asr_transformer.decode.search import DecodeError
     from asr_transformer.recognizer import Recognizer
 
-    with pytest.raises(DecodeError, match="numbers: 'roman'"):
+    with pytest.raises(DecodeError, match="decode.numbers='roman': must be digits, words"):
         Recognizer(tiny_package / "model.pt", device="cpu", threads=1, numbers="roman")
     rec = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, numbers="words")
     assert rec.options.numbers == "words"

@@ -23,7 +23,7 @@ import numpy as np
 import soundfile as sf
 
 from asr_transformer.data.audio import load_utterance
-from asr_transformer.data.corpora.common import progress
+from asr_transformer.progress import track
 from asr_transformer.data.manifest import ManifestError, Utterance, read_manifest, write_manifest
 from asr_transformer.fileio import atomic_open
 
@@ -66,7 +66,7 @@ def join_manifest(manifest: str | os.PathLike, out: str | os.PathLike, min_secon
     groups = plan_examples(read_manifest(manifest), min_seconds, max_seconds, gap_seconds, seed)
     silence = np.zeros(int(round(gap_seconds * sample_rate)), dtype=np.float32)
     joined = []
-    for group in progress(groups, f"joining {Path(manifest).name}", total=len(groups)):
+    for group in track(groups, f"joining {Path(manifest).name}", total=len(groups)):
         parts = []
         for utt in group:
             parts += [silence, load_utterance(utt, sample_rate)] if parts else [load_utterance(utt, sample_rate)]

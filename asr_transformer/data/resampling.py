@@ -16,7 +16,7 @@ from urllib.parse import quote
 import soundfile as sf
 
 from asr_transformer.data.audio import load_utterance
-from asr_transformer.data.corpora.common import progress
+from asr_transformer.progress import track
 from asr_transformer.data.manifest import read_manifest, write_manifest
 from asr_transformer.fileio import atomic_open
 
@@ -30,7 +30,7 @@ def resample_manifest(manifest: str | os.PathLike, out: str | os.PathLike, rate:
     audio_dir.mkdir(parents=True, exist_ok=True)
     resampled = []
     utterances = read_manifest(manifest)
-    for utt in progress(utterances, f"resampling {Path(manifest).name} to {rate} Hz", total=len(utterances)):
+    for utt in track(utterances, f"resampling {Path(manifest).name} to {rate} Hz", total=len(utterances)):
         samples = load_utterance(utt, sample_rate=rate)
         path = audio_dir / f"{quote(utt.id, safe='')}.flac"  # an id with a slash stays one file
         with atomic_open(path, "wb") as f:

@@ -20,39 +20,22 @@ from __future__ import annotations
 
 import torch
 
-from asr_transformer.config import DecodeConfig
+from asr_transformer.config import MODES, DecodeConfig, check_modes
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.beam import beam_search, join_pieces, split_at_pauses
 from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
 from asr_transformer.decode.greedy import greedy_search
 from asr_transformer.decode.maskctc import maskctc_search
-from asr_transformer.errors import UserError
+from asr_transformer.errors import DecodeError
 from asr_transformer.frames import chunk_frames
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.tokens import EOS, IGNORE_ID, PAD, SOS
 
-__all__ = ["MODES", "Hypothesis", "recognize", "rescore", "attention_scores", "check_modes", "read_lm", "fusion_lm",
+__all__ = ["MODES", "DecodeError", "Hypothesis", "recognize", "rescore", "attention_scores", "check_modes", "read_lm", "fusion_lm",
            "transcriber"]
 
-MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
 LM_MODES = ("beam", "joint", "rescore")  # the modes an n-gram LM takes part in
 BIASED_MODES = ("beam", "joint", "ctc_beam", "rescore")  # the modes hotwords take part in
-
-
-class DecodeError(UserError, ValueError):
-    """A decoding request that cannot run; the message says what to change."""
-
-
-def check_modes(modes) -> list[str]:
-    modes = [modes] if isinstance(modes, str) else list(modes)
-    if not modes:
-        raise DecodeError(f"no decoding mode given; choose from: {', '.join(MODES)}")
-    for m in modes:
-        if m not in MODES:
-            raise DecodeError(f"unknown decoding mode '{m}'; choose from: {', '.join(MODES)}")
-    if len(set(modes)) != len(modes):
-        raise DecodeError(f"decoding mode listed twice in {', '.join(modes)}")
-    return modes
 
 
 # ------------------------------------------------------------------------------------------ recognize

@@ -43,6 +43,7 @@ from asr_transformer.fileio import atomic_open, write_json
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.model.lora import add_lora, merged_state_dict
 from asr_transformer.package import DATA_SUMMARY, resolve_precision
+from asr_transformer.progress import progress_bar, track
 from asr_transformer.train import experiment
 from asr_transformer.train.pretrained import PretrainedError, load_pretrained
 from asr_transformer.train.schedule import epochs_that_fit, learning_rate, warmup_steps
@@ -73,15 +74,13 @@ class Progress:
 def compute_cmvn(manifest, out, features=None) -> int:
     """Global CMVN over `manifest` in one streaming pass; writes `out`, returns the frame count. An utterance
     whose audio cannot be read is left out with a warning, as training leaves it out."""
-    from rich.progress import track
-
     from asr_transformer.config import FeatureConfig
     from asr_transformer.data.audio import AudioError
     from asr_transformer.data.loader import warn_unreadable
 
     features = features or FeatureConfig()
     acc = CMVNAccumulator(features.num_mel_bins)
-    for utt in track(read_manifest(manifest), description="CMVN statistics", transient=True):
+    for utt in track(read_manifest(manifest), "CMVN statistics"):
         try:
             wave = load_utterance(utt, features.sample_rate)
         except AudioError as e:
@@ -196,15 +195,6 @@ def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: s
     if decoded:
         metrics["valid_wer"] = 100.0 * score(decoded, tokenizer.normalizer).wer
     return metrics
-
-
-def _progress_bar(disable: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
-
-    return Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"), disable=disable,
-               transient=False)
 
 
 def train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp, device: str = "auto",
@@ -533,7 +523,7 @@ def run_epoch(run: _Run) -> _Epoch | None:
     epoch = _Epoch(n_batches=len(run.sampler.batches(state.epoch)), total_steps=run.steps_per_epoch * run.epochs(),
                    started=time.monotonic(), elapsed_before=state.elapsed)
     epoch.logged = epoch.started
-    with _progress_bar(disable=not dist.main or not sys.stderr.isatty()) as bar:
+    with progress_bar(extra="{task.fields[info]}", disable=not dist.main or not sys.stderr.isatty()) as bar:
         task = bar.add_task(f"epoch {state.epoch + 1}/{run.epochs()}", total=epoch.n_batches,
                             completed=state.batch, info="")
         for batch in run.train_loader:

@@ -18,12 +18,12 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from asr_transformer.progress import track
 from asr_transformer.data.corpora.common import (
     CorpusError,
     download as download_file,
     extract,
     measure,
-    progress,
     read_lines,
     skip,
     split_by_group,
@@ -71,7 +71,7 @@ def read_part(root: str | os.PathLike, part: str, skipped: Counter) -> list[Utte
     entries = read_transcription(transcription)
     audio_of = {p.stem: p for p in sorted(wav_dir.glob("*/*.sph"))}
     utterances = []
-    for lineno, uid, text in progress(entries, f"reading AN4 {part}"):
+    for lineno, uid, text in track(entries, f"reading AN4 {part}"):
         audio = audio_of.get(uid)
         if audio is None:
             skip(skipped, "missing", f"{transcription}:{lineno}: no audio {wav_dir}/<speaker>/{uid}.sph")

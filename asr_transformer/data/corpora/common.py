@@ -21,22 +21,14 @@ import urllib.request
 import zipfile
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Callable, Mapping
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-    track,
-)
 
 from asr_transformer.data.audio import AudioError, audio_info
 from asr_transformer.data.manifest import Utterance, total_hours, write_manifest
 from asr_transformer.fileio import current_umask, write_json
+from asr_transformer.progress import BYTES, progress_bar
 from asr_transformer.text import normalize
 from asr_transformer.errors import UserError
 
@@ -53,8 +45,6 @@ AUDIO_EXTENSIONS = {
 MAX_REPORTED_SKIPS = 10
 
 console = Console(stderr=True, soft_wrap=True)
-
-T = TypeVar("T")
 
 
 class CorpusError(UserError, ValueError):
@@ -84,14 +74,6 @@ def measure(path: str | os.PathLike, skipped: Counter) -> float | None:
         skip(skipped, e.kind, str(e))
         return None
     return duration
-
-
-def progress(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
-    """Iterate with a progress bar on stderr when it is a terminal."""
-    yield from track(
-        items, description=description, total=total, console=console, transient=True,
-        disable=not console.is_terminal,
-    )
 
 
 def audio_files(root: str | os.PathLike) -> list[Path]:
@@ -299,9 +281,7 @@ def download(url: str, dest: str | os.PathLike, timeout: float = 60.0) -> Path:
         request = urllib.request.Request(url, headers={"User-Agent": "asr-transformer"})
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as response:
             size = response.headers.get("Content-Length")
-            columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                       TransferSpeedColumn(), TimeRemainingColumn())
-            with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+            with progress_bar(BYTES, transient=True) as bar:
                 task = bar.add_task(f"download {dest.name}", total=int(size) if size else None)
                 while chunk := response.read(1 << 20):
                     out.write(chunk)

@@ -21,12 +21,12 @@ from asr_transformer.data.corpora.common import (
     CorpusError,
     console,
     measure,
-    progress,
     read_lines,
     skip,
     write_splits,
 )
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, Utterance
+from asr_transformer.progress import track
 
 DATASETS_URL = "https://commonvoice.mozilla.org/datasets"
 COLUMNS = ("client_id", "path", "sentence")
@@ -59,7 +59,7 @@ def read_tsv(path: str | os.PathLike) -> list[tuple[int, str, str, str]]:
 
 def _utterances(source: Path, tsv: Path, rows, skipped: Counter) -> list[Utterance]:
     utterances = []
-    for lineno, client, clip, sentence in progress(rows, f"reading {tsv.name}"):
+    for lineno, client, clip, sentence in track(rows, f"reading {tsv.name}"):
         if not sentence:
             skip(skipped, "empty_transcript", f"{tsv}:{lineno}: empty sentence for {clip}")
             continue

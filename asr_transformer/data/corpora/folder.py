@@ -16,11 +16,11 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from asr_transformer.progress import track
 from asr_transformer.data.corpora.common import (
     CorpusError,
     audio_files,
     measure,
-    progress,
     sidecar_transcript,
     split_corpus,
     write_splits,
@@ -58,7 +58,7 @@ def prepare(
     skipped: Counter = Counter()
     utterances: list[Utterance] = []
     ids: dict[str, Path] = {}
-    for path in progress(files, "reading audio"):
+    for path in track(files, "reading audio"):
         relative = path.relative_to(source_dir)
         text = sidecar_transcript(path, skipped)
         if text is None:

@@ -21,13 +21,13 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from asr_transformer.progress import track
 from asr_transformer.data.corpora.common import (
     CorpusError,
     download as download_file,
     extract,
     find_dir,
     measure,
-    progress,
     skip,
     write_splits,
 )
@@ -57,7 +57,7 @@ def prepare(
         raise CorpusError(f"{folder}: no .wav recordings found; pass the FSDD folder (holding recordings/) with --source")
     skipped: Counter = Counter()
     utterances: list[tuple[int, Utterance]] = []
-    for path in progress(files, "reading FSDD"):
+    for path in track(files, "reading FSDD"):
         match = re.fullmatch(r"(\d)_([^_]+)_(\d+)", path.stem)
         if not match:
             skip(skipped, "bad_name", f"{path}: name is not {{digit}}_{{speaker}}_{{index}}.wav")

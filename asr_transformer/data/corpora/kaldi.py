@@ -34,11 +34,11 @@ from urllib.parse import quote
 import numpy as np
 import soundfile as sf
 
+from asr_transformer.progress import track
 from asr_transformer.data.corpora.common import (
     CorpusError,
     console,
     measure,
-    progress,
     read_lines,
     skip,
     split_corpus,
@@ -137,7 +137,7 @@ def _convert_commands(commands: dict[str, tuple[str, str]], audio_dir: Path, job
     pool = ThreadPoolExecutor(max(1, jobs or os.cpu_count() or 1))
     try:
         done = pool.map(lambda rec: convert_command(commands[rec][0], flacs[rec], commands[rec][1]), commands)
-        for _ in progress(done, "running wav.scp commands", len(commands)):
+        for _ in track(done, "running wav.scp commands", len(commands)):
             pass
     finally:
         pool.shutdown(cancel_futures=True)  # after an error, start no more commands
@@ -198,7 +198,7 @@ def read_dir(kaldi_dir: str | os.PathLike, skipped: Counter, audio_dir: str | os
     if commands:
         recordings.update(_convert_commands(commands, Path(audio_dir), jobs))
     used_recordings = [(rec, path) for rec, path in recordings.items() if rec in used]
-    durations = {rec: measure(path, skipped) for rec, path in progress(used_recordings, "reading audio", len(used_recordings))}
+    durations = {rec: measure(path, skipped) for rec, path in track(used_recordings, "reading audio", len(used_recordings))}
 
     utterances = []
     for utt, rec, start, end in pieces:

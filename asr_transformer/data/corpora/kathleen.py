@@ -16,13 +16,13 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from asr_transformer.progress import track
 from asr_transformer.data.corpora.common import (
     AUDIO_EXTENSIONS,
     CorpusError,
     download as download_file,
     extract,
     measure,
-    progress,
     sidecar_transcript,
     skip,
     split_by_group,
@@ -63,7 +63,7 @@ def prepare(
         raise CorpusError(f"{folder}: no audio files found; pass the Kathleen folder (holding audio/) with --source")
     skipped: Counter = Counter()
     utterances = []
-    for path in progress(files, "reading Kathleen"):
+    for path in track(files, "reading Kathleen"):
         if not ID.fullmatch(path.stem):
             skip(skipped, "bad_name", f"{path}: name is not arctic_<a|b><NNNN>_<take>")
             continue

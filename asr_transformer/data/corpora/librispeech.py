@@ -24,11 +24,11 @@ from asr_transformer.data.corpora.common import (
     extract,
     is_extracted,
     measure,
-    progress,
     read_lines,
     write_splits,
 )
 from asr_transformer.data.manifest import Utterance
+from asr_transformer.progress import track
 
 SUBSETS = (
     "dev-clean", "dev-other", "test-clean", "test-other",
@@ -53,7 +53,7 @@ def read_subset(root: str | os.PathLike, subset: str, skipped: Counter) -> list[
     if not transcripts:
         raise CorpusError(f"{folder}: no <speaker>/<chapter>/*.trans.txt files found")
     utterances = []
-    for trans in progress(transcripts, f"reading {subset}"):
+    for trans in track(transcripts, f"reading {subset}"):
         for lineno, line in enumerate(read_lines(trans), 1):
             if not line.strip():
                 continue

@@ -447,16 +447,15 @@ class _Synthesizer:
         self.tasks: dict[str, tuple] = {}  # split → (progress task, planned count)
 
     def __enter__(self) -> "_Synthesizer":
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from asr_transformer.progress import progress_bar
 
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(method)
         if method == "forkserver":  # import once in the server, fork cheaply per lane
             ctx.set_forkserver_preload([__name__, "torch", "torchaudio.functional"])
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         self._stack = contextlib.ExitStack()
         self.pool = self._stack.enter_context(ctx.Pool(self.jobs, maxtasksperchild=1))
-        self.progress = self._stack.enter_context(Progress(*columns))
+        self.progress = self._stack.enter_context(progress_bar())
         return self
 
     def __exit__(self, *exc) -> bool:
