@@ -11,7 +11,7 @@ __all__ = ["Recognizer"]
 
 def __getattr__(name: str):
     if name == "Recognizer":  # imported on first use, so that `asr --help` does not load torch
-        from asr_transformer.recognizer import Recognizer
+        from asr_transformer.inference.recognizer import Recognizer
 
         return Recognizer
     raise AttributeError(f"module 'asr_transformer' has no attribute {name!r}")

@@ -170,7 +170,7 @@ def plot_attention(model_path: str | os.PathLike, audio_path: str | os.PathLike,
     from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.data.audio import AudioError, load_audio
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     try:  # the package's LMs are left out: the plot shows what the model itself attends to
         rec = Recognizer(model_path, device=str(device), lm=False, word_lm=False, nbest=1,

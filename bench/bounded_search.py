@@ -162,7 +162,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from asr_transformer.config import DecodeConfig
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     rec = Recognizer(args.model, device="cpu", threads=args.threads)
     sets = build_sets(args, np.random.default_rng(args.seed))

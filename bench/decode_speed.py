@@ -136,7 +136,7 @@ def _manifest_data(model_path: str, manifest: str, n: int):
 
     from asr_transformer.data.audio import load_utterance
     from asr_transformer.data.manifest import read_manifest
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     rec = Recognizer(model_path, device="cpu", threads=torch.get_num_threads(), lm=False, word_lm=False)
     feats = [rec.features(load_utterance(u, rec.config.features.sample_rate)) for u in read_manifest(manifest)[:n]]

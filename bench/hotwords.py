@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr_transformer.data.audio import load_utterance  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
 from asr_transformer.decode.hotwords import HotwordError, spellings  # noqa: E402
-from asr_transformer.recognizer import Recognizer  # noqa: E402
+from asr_transformer.inference.recognizer import Recognizer  # noqa: E402
 from asr_transformer.scoring import C, D, I, S, align  # noqa: E402
 from asr_transformer.text import NormalizerConfig, normalize  # noqa: E402
 
@@ -94,7 +94,7 @@ def summary(c: Counter) -> dict:
 def decode(rec: Recognizer, wave, stream_ms: int, final: str) -> str:
     if not stream_ms:
         return rec.text(rec.decode_waves([wave])[0].tokens)
-    from asr_transformer.streaming import StreamingRecognizer
+    from asr_transformer.inference.streaming import StreamingRecognizer
 
     stream = StreamingRecognizer(rec, chunk_ms=stream_ms, final=final)
     events = stream.feed(wave) + stream.finish()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
-from asr_transformer.recognizer import Recognizer  # noqa: E402
+from asr_transformer.inference.recognizer import Recognizer  # noqa: E402
 from asr_transformer.threads import cpu_threads  # noqa: E402
 from bounded_search import cpu_name  # noqa: E402
 

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asr_transformer.data.audio import load_audio  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
-from asr_transformer.recognizer import Recognizer  # noqa: E402
+from asr_transformer.inference.recognizer import Recognizer  # noqa: E402
 from asr_transformer.scoring import score  # noqa: E402
-from asr_transformer.streaming import StreamingRecognizer  # noqa: E402
+from asr_transformer.inference.streaming import StreamingRecognizer  # noqa: E402
 
 BLOCK = 160  # samples fed at a time: 10 ms
 

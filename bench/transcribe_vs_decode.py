@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from asr_transformer.data.audio import load_utterance  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
-from asr_transformer.recognizer import Recognizer  # noqa: E402
+from asr_transformer.inference.recognizer import Recognizer  # noqa: E402
 from asr_transformer.scoring import score  # noqa: E402
 from asr_transformer.text import NormalizerConfig, text_normalizer  # noqa: E402
 from bounded_search import cpu_name  # noqa: E402

@@ -140,8 +140,8 @@ def test_bad_out_is_refused_before_the_model_loads(tiny_package, tmp_path):
 
 def test_exported_model_follows_the_same_policy(tiny_package, bad_manifest, tmp_path):
     pytest.importorskip("onnxruntime", reason="ONNX export needs the onnx extra: pip install -e '.[onnx]'")
-    from asr_transformer.export import export_package
-    from asr_transformer.exported import ExportedRecognizer
+    from asr_transformer.inference.export import export_package
+    from asr_transformer.inference.exported import ExportedRecognizer
 
     export_package(tiny_package / "model.pt", tmp_path / "onnx")
     rec = ExportedRecognizer(tmp_path / "onnx", threads=1, mode="ctc")
@@ -201,7 +201,7 @@ def test_the_python_api_checks_arrays_and_arguments_as_the_command_line_checks_f
     file is; a wrong argument type names what is taken."""
     from asr_transformer.data.audio import AudioError
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     rec = Recognizer(tiny_package / "model.pt", threads=1, mode="ctc")
     good = (0.1 * np.sin(np.arange(8000) / 5)).astype(np.float32)

@@ -290,7 +290,7 @@ def test_unknown_mode_is_a_clear_error():
 
 
 def test_decode_manifest_end_to_end(tiny_package, tmp_path):
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     root = tiny_package
 

@@ -19,11 +19,11 @@ from asr_transformer.config import PRESETS, Config, ModelConfig  # noqa: E402
 from asr_transformer.data.audio import load_utterance  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
 from asr_transformer.data.tokenizer import load_tokenizer  # noqa: E402
-from asr_transformer.export import DecoderExport, DecoderStepExport, EncoderExport, export_package  # noqa: E402
-from asr_transformer.exported import EXPORTED_MODES, ExportedRecognizer, fbank  # noqa: E402
+from asr_transformer.inference.export import DecoderExport, DecoderStepExport, EncoderExport, export_package  # noqa: E402
+from asr_transformer.inference.exported import EXPORTED_MODES, ExportedRecognizer, fbank  # noqa: E402
 from asr_transformer.model.asr import ASRModel  # noqa: E402
 from asr_transformer.package import save_package  # noqa: E402
-from asr_transformer.recognizer import Recognizer  # noqa: E402
+from asr_transformer.inference.recognizer import Recognizer  # noqa: E402
 
 SHAPES = [(1, 57), (2, 160), (3, 301), (5, 98)]  # (batch, frames): several lengths and batch sizes
 
@@ -204,7 +204,7 @@ def test_asr_decode_an_export_writes_what_the_package_decoding_writes(exported, 
 @pytest.mark.parametrize("beam", [1, 3, 8])
 def test_numpy_ctc_prefix_beam_search_equals_the_torch_one(beam):
     from asr_transformer.decode.ctc_prefix import ctc_prefix_beam_search as torch_search
-    from asr_transformer.exported import ctc_prefix_beam_search
+    from asr_transformer.inference.exported import ctc_prefix_beam_search
 
     g = torch.Generator().manual_seed(beam)
     for T, V in ((1, 5), (30, 8), (60, 20)):

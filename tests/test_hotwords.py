@@ -122,7 +122,7 @@ def test_every_biased_search_batched_equals_one_at_a_time(tiny_package):
     hypotheses it gets alone."""
     from asr_transformer.config import DecodeConfig
     from asr_transformer.decode.search import recognize
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     rec = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, hotwords=["one two\t1.5", "six"])
     g = torch.Generator().manual_seed(0)
@@ -143,7 +143,7 @@ def test_hotwords_steer_every_biased_search_and_greedy_says_it_cannot(tiny_packa
     mode with hotwords is said once as a warning."""
     import numpy as np
 
-    from asr_transformer.recognizer import HotwordWarning, Recognizer
+    from asr_transformer.inference.recognizer import HotwordWarning, Recognizer
 
     wave = np.random.default_rng(0).standard_normal(12000).astype(np.float32) * 0.1
     for mode in ("beam", "joint", "ctc_beam", "rescore"):

@@ -30,9 +30,10 @@ LAYERS = [
     # training starts from a package (train.init_from) and writes what the package records (data.json).
     ["package"],
     ["train"],
-    ["writers", "decode_inputs", "transcribe"],  # result files, checked manifests, files of any length
-    ["recognizer", "exported", "info", "whisper", "lm_build", "streaming"],  # a package (or an export) put to use
-    ["export", "plots"],  # built on the recognizer and the exported runtime
+    # a package (or its export) put to use: the recognizer, files of any length, streams, the export and its
+    # runtime, result files and checked manifests
+    ["inference"],
+    ["info", "whisper", "lm_build", "plots"],  # tools on packages: describe, import Whisper, build LMs, plot
     ["server"],  # `asr serve`: the recognizers behind OpenAI's transcription API
     ["cli", "__main__", ""],  # the command line, the `asr` entry point, the package facade
 ]

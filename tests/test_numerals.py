@@ -33,7 +33,7 @@ def test_numbers_in_text_become_words_and_digits():
 
 def test_recognizer_refuses_an_unknown_style(tiny_package):
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     with pytest.raises(DecodeError, match="decode.numbers='roman': must be digits, words"):
         Recognizer(tiny_package / "model.pt", device="cpu", threads=1, numbers="roman")

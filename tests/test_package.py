@@ -61,7 +61,7 @@ def test_package_decodes_with_no_flags_as_the_flags_do(tiny_package, packaged):
 
 
 def test_transcribe_takes_the_package_setup_and_every_decoding_option(tiny_package, packaged, tmp_path):
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     wave = (0.3 * np.sin(2 * np.pi * 250 * np.arange(16000) / 16000) * (np.arange(16000) > 4000)).astype(np.float32)
     sf.write(tmp_path / "a.wav", wave, 16000)
@@ -121,7 +121,7 @@ def test_readme_python_lines(packaged):
 
 
 def test_int8_quantizes_the_linear_layers_and_stays_close(tiny_package):
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     fp32 = Recognizer(tiny_package / "model.pt", device="cpu", threads=1)
     int8 = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, precision="int8")
@@ -276,7 +276,7 @@ def test_every_kind_of_package_decodes_with_its_own_defaults(tiny_package, tmp_p
     from asr_transformer.data.tokenizer import load_tokenizer
     from asr_transformer.model.asr import ASRModel
     from asr_transformer.package import load_package, read_package, save_package, set_decoding
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     tok = load_tokenizer(tiny_package / "tok")
     cfg = Config()

@@ -23,16 +23,16 @@ from asr_transformer.config import Config, apply_preset
 from asr_transformer.data.tokenizer import train_tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.package import save_package
-from asr_transformer.recognizer import Recognizer
+from asr_transformer.inference.recognizer import Recognizer
 from asr_transformer.tokens import BLANK, EOS
-from asr_transformer.writers import to_srt, to_vtt
+from asr_transformer.inference.writers import to_srt, to_vtt
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 KEY = "test-key"
 # the tone clips have no pauses, so the voice detector hands each over whole, and says so
-pytestmark = pytest.mark.filterwarnings("ignore::asr_transformer.transcribe.NoSpeechWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::asr_transformer.inference.transcribe.NoSpeechWarning")
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_concurrent_clients_each_get_their_own_text(server, package, tmp_path):
 
 
 def test_files_decoded_together_give_what_each_gives_alone(package, tmp_path):
-    from asr_transformer.transcribe import SegmentStream, transcribe_many
+    from asr_transformer.inference.transcribe import SegmentStream, transcribe_many
 
     rec = Recognizer(package, device="cpu", threads=1, batch_size=3)
     sources = []
@@ -211,7 +211,7 @@ def test_a_websocket_stream_gives_the_finals_of_asr_transcribe_stream(server, pa
     from websockets.exceptions import InvalidStatus
     from websockets.sync.client import connect
 
-    from asr_transformer.streaming import stream_file
+    from asr_transformer.inference.streaming import stream_file
 
     wav = _wav(tmp_path / "s.wav", 3.0, seed=5)
     expected = [(e.text, round(e.start, 3), round(e.end, 3))

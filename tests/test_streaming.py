@@ -125,8 +125,8 @@ def test_streaming_equals_offline_decoding_under_the_same_chunks(streaming_packa
     """Without endpoints inside: the last partial is offline ctc_beam's best, the final offline rescore's best,
     both computed on the whole audio with the same chunk mask (and the same hotwords); fed in odd blocks or at once
     makes no difference."""
-    from asr_transformer.recognizer import Recognizer
-    from asr_transformer.streaming import Endpointing, StreamingRecognizer
+    from asr_transformer.inference.recognizer import Recognizer
+    from asr_transformer.inference.streaming import Endpointing, StreamingRecognizer
 
     root, audio = streaming_package
     rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=5, chunk_ms=chunk_ms,
@@ -157,8 +157,8 @@ def test_finals_in_another_mode_are_that_mode_offline_under_the_same_chunks(stre
     """final="joint" (…): each final is what offline decoding in that mode gives on the whole audio with the same
     chunk mask; partials stay CTC's; a mode a stream cannot end with is refused."""
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.recognizer import Recognizer
-    from asr_transformer.streaming import Endpointing, StreamingRecognizer
+    from asr_transformer.inference.recognizer import Recognizer
+    from asr_transformer.inference.streaming import Endpointing, StreamingRecognizer
 
     root, audio = streaming_package
     rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode=final, beam=5, chunk_ms=320)
@@ -178,8 +178,8 @@ def test_finals_in_another_mode_are_that_mode_offline_under_the_same_chunks(stre
 
 def test_endpoints_split_the_stream(streaming_package):
     """max_segment cuts a stream into consecutive utterances; a stream whose CTC says only blank gives no final."""
-    from asr_transformer.recognizer import Recognizer
-    from asr_transformer.streaming import Endpointing, StreamingRecognizer
+    from asr_transformer.inference.recognizer import Recognizer
+    from asr_transformer.inference.streaming import Endpointing, StreamingRecognizer
 
     root, audio = streaming_package
     rec = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore", beam=3)
@@ -200,8 +200,8 @@ def test_endpoints_split_the_stream(streaming_package):
 
 def test_a_model_that_looks_ahead_cannot_stream(tiny_package):
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.recognizer import Recognizer
-    from asr_transformer.streaming import StreamingRecognizer
+    from asr_transformer.inference.recognizer import Recognizer
+    from asr_transformer.inference.streaming import StreamingRecognizer
 
     import dataclasses as dc
     rec = Recognizer(tiny_package / "model.pt", device="cpu", threads=1)
@@ -219,7 +219,7 @@ def test_cli_streams_a_wav_from_stdin(streaming_package, tmp_path, mode):
     import subprocess
     import sys
 
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     root, audio = streaming_package
     cmd = [sys.executable, "-m", "asr_transformer", "transcribe", "--stream", "-", "-m", str(root / "model.pt"),
@@ -246,7 +246,7 @@ def test_readme_streaming_lines(streaming_package):
 
     root, audio = streaming_package
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"```python\n(from asr_transformer import Recognizer\nfrom asr_transformer.streaming .*?)```",
+    block = re.search(r"```python\n(from asr_transformer import Recognizer\nfrom asr_transformer.inference.streaming .*?)```",
                       text, re.S).group(1)
     code = block.replace('"exp/phone_streaming/model.pt"', repr(str(root / "model.pt")))
     printed = []
@@ -258,8 +258,8 @@ def test_a_stream_checks_its_samples_as_a_file_is_checked(streaming_package):
     import numpy as np
 
     from asr_transformer.data.audio import AudioError
-    from asr_transformer.recognizer import Recognizer
-    from asr_transformer.streaming import StreamingRecognizer
+    from asr_transformer.inference.recognizer import Recognizer
+    from asr_transformer.inference.streaming import StreamingRecognizer
 
     root, audio = streaming_package
     stream = StreamingRecognizer(Recognizer(root / "model.pt", device="cpu", threads=1))

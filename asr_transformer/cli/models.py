@@ -36,7 +36,7 @@ def decode(
     utterance that cannot be decoded (a bad line, audio missing, unreadable or empty, or samples found NaN when
     read) stops the command: each is listed on stderr, the exit status is 1 and nothing is written. With
     --skip-bad the others are decoded and written, the bad ones listed in OUT/skipped.jsonl, exit status 0."""
-    from asr_transformer.writers import check_writable
+    from asr_transformer.inference.writers import check_writable
 
     modes = decoding.pop("mode").split(",") if "mode" in decoding else []
     check_writable(out)  # before the model loads
@@ -99,8 +99,8 @@ def export_(
     the decoder step with its key/value cache (dynamic batch and time axes), the tokenizer and the decoding
     defaults beside them. `asr transcribe --model FOLDER` runs an ONNX export with onnxruntime."""
     from asr_transformer.checkpoint_io import CheckpointError
-    from asr_transformer.export import export_package
-    from asr_transformer.exported import EXPORTED_MODES
+    from asr_transformer.inference.export import export_package
+    from asr_transformer.inference.exported import EXPORTED_MODES
 
     if mode is not None and mode not in EXPORTED_MODES:
         fail(f"--mode {mode}: an export decodes with {', '.join(EXPORTED_MODES)}")

@@ -142,7 +142,7 @@ def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optio
                word_lm: Optional[Path], no_lm: bool, **decoding):
     """A Recognizer for the command line, with the `decoding` options over the package's; errors are one line.
     An `asr export` folder gives an ExportedRecognizer (onnxruntime, no PyTorch)."""
-    from asr_transformer.exported import ExportError, ExportedRecognizer, is_exported
+    from asr_transformer.inference.exported import ExportError, ExportedRecognizer, is_exported
 
     if is_exported(model):
         if lm is not None or word_lm is not None or precision != "fp32" or device not in ("auto", "cpu"):
@@ -155,7 +155,7 @@ def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optio
     from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.config import ConfigError
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.recognizer import Recognizer
+    from asr_transformer.inference.recognizer import Recognizer
 
     if no_lm and (lm is not None or word_lm is not None):
         fail("--no-lm and --lm/--word-lm: choose one")

@@ -69,7 +69,7 @@ def write_transcript(result: dict, label: str, basename: str, basenames: dict, o
                       output_format: str, several: bool) -> bool:
     """A result to stdout (no --out: txt as text, `<label>\t<text>` with several inputs; another format whole), or
     to files in `output_dir`. → False after an `error:` line when they cannot be written."""
-    from asr_transformer.writers import format_result, write_result
+    from asr_transformer.inference.writers import format_result, write_result
 
     if output_dir is None:
         if output_format == "txt":

@@ -53,7 +53,7 @@ def transcribe(
     another format prints that format (one input only). Inputs that cannot be read are reported and skipped;
     the exit code is 1 if any failed. An input in which the voice detector finds no speech although it is not
     silent is decoded whole, in --max-segment pieces, with a warning."""
-    from asr_transformer.transcribe import MAX_SEGMENT
+    from asr_transformer.inference.transcribe import MAX_SEGMENT
 
     max_segment = MAX_SEGMENT if max_segment is None else max_segment
     _check_transcribe_options(audio, output_dir, output_format, max_segment)
@@ -85,8 +85,8 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
     `StreamPrinter` shows them, and the usual files at the end with --out."""
     from asr_transformer.data.audio import AudioError
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.streaming import stream_file
-    from asr_transformer.transcribe import PipeSource
+    from asr_transformer.inference.streaming import stream_file
+    from asr_transformer.data.audio_stream import PipeSource
 
     if not hasattr(rec, "model"):
         fail("--stream needs a model package (an ONNX export cannot stream)")
@@ -123,7 +123,7 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
 def _check_transcribe_options(audio: List[str], output_dir: Optional[Path], output_format: str,
                               max_segment: float) -> None:
     """The options of `asr transcribe` that go together, checked before the model loads."""
-    from asr_transformer.writers import FORMATS
+    from asr_transformer.inference.writers import FORMATS
 
     if output_format != "all" and output_format not in FORMATS:
         fail(f"--output-format {output_format}: choose from {', '.join(FORMATS)} or all")
@@ -152,7 +152,7 @@ def _transcribe_one(rec, source, label: str, max_segment: float, speaker, word_t
     import warnings
 
     from asr_transformer.data.audio import AudioError
-    from asr_transformer.transcribe import NoSpeechWarning
+    from asr_transformer.inference.transcribe import NoSpeechWarning
 
     bar = TranscriptionProgress(label)
     try:

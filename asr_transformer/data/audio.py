@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import math
 import os
+from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
@@ -69,37 +70,51 @@ def audio_info(source: str | os.PathLike | bytes) -> tuple[float, int]:
 # ------------------------------------------------------------------------------------- checks
 
 
-def wav_declared_frames(source: str | os.PathLike | bytes) -> int | None:
-    """Frames the header of a WAV (RIFF or RF64) declares: its data chunk's size / block align.
+def wav_declared_frames(source: str | os.PathLike | bytes | BinaryIO) -> int | None:
+    """Frames the header of a WAV (RIFF or RF64) declares: its data chunk's size / block align. `source`: a path,
+    a file's bytes, or an open binary file (read from its start and left where it was).
 
     None for other formats, for WAVs of compressed samples (ADPCM, GSM: a block holds many frames) and for WAVs
     written as a stream, whose header leaves the size unknown (0 or 0xFFFFFFFF).
     """
+    if hasattr(source, "read"):
+        position = source.seek(0, io.SEEK_CUR)
+        try:
+            source.seek(0)
+            return _declared_frames(source)
+        finally:
+            source.seek(position)
     with (io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")) as f:
-        head = f.read(12)
-        if head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
+        return _declared_frames(f)
+
+
+def _declared_frames(f: BinaryIO) -> int | None:
+    """The frames a WAV header read from `f` declares (see wav_declared_frames)."""
+    head = f.read(12)
+    if head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
+        return None
+    block_align = long_size = None
+    for _ in range(64):  # the chunks before the data: fmt, ds64, LIST, fact, ...
+        chunk = f.read(8)
+        if len(chunk) < 8:
             return None
-        block_align = long_size = None
-        for _ in range(64):  # the chunks before the data: fmt, ds64, LIST, fact, ...
-            chunk = f.read(8)
-            if len(chunk) < 8:
-                return None
-            kind, size = chunk[:4], int.from_bytes(chunk[4:], "little")
-            if kind == b"data":
-                if size == 0xFFFFFFFF and long_size:
-                    size = long_size
-                return size // block_align if block_align and size not in (0, 0xFFFFFFFF) else None
-            body = f.read(min(size, 64)) if kind in (b"fmt ", b"ds64") else b""
-            if kind == b"fmt " and len(body) >= 14 and int.from_bytes(body[:2], "little") in PLAIN_WAV_FORMATS:
-                block_align = int.from_bytes(body[12:14], "little")
-            elif kind == b"ds64" and len(body) >= 16:
-                long_size = int.from_bytes(body[8:16], "little")
-            f.seek(size - len(body) + (size & 1), 1)  # chunks are padded to an even size
+        kind, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+        if kind == b"data":
+            if size == 0xFFFFFFFF and long_size:
+                size = long_size
+            return size // block_align if block_align and size not in (0, 0xFFFFFFFF) else None
+        body = f.read(min(size, 64)) if kind in (b"fmt ", b"ds64") else b""
+        if kind == b"fmt " and len(body) >= 14 and int.from_bytes(body[:2], "little") in PLAIN_WAV_FORMATS:
+            block_align = int.from_bytes(body[12:14], "little")
+        elif kind == b"ds64" and len(body) >= 16:
+            long_size = int.from_bytes(body[8:16], "little")
+        f.seek(size - len(body) + (size & 1), 1)  # chunks are padded to an even size
     return None
 
 
-def check_complete(source: str | os.PathLike | bytes, name: str, frames: int, rate: int) -> None:
-    """Raise AudioError (truncated) when a WAV holds `frames` but its header declares more."""
+def check_complete(source: str | os.PathLike | bytes | BinaryIO, name: str, frames: int, rate: int) -> None:
+    """Raise AudioError (truncated) when a WAV holds `frames` but its header declares more (`source`: as
+    wav_declared_frames takes it)."""
     try:
         declared = wav_declared_frames(source)
     except OSError:

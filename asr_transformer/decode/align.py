@@ -12,7 +12,7 @@ frame to its last token's last frame. A bare ``▁`` token is left out of its wo
 pause before the word. The word's probability is the mean, over its tokens, of each token's mean CTC posterior
 on its frames.
 
-No PyTorch here (numpy only), so an ONNX export (exported.py) aligns too.
+No PyTorch here (numpy only), so an ONNX export (inference/exported.py) aligns too.
 """
 
 from __future__ import annotations

@@ -344,7 +344,7 @@ async def _alone(loop, slot: ModelSlot, job: Job):
 def _transcribe(recognizer, audios: list[bytes], words: bool, hotwords: tuple[str, ...]) -> list[dict]:
     """Runs on the model's thread: several files decoded together (`transcribe_many`). A UserError (audio that
     does not decode, hotwords the model cannot write, word times without a CTC head) becomes a 400/422 naming it."""
-    from asr_transformer.transcribe import transcribe_many
+    from asr_transformer.inference.transcribe import transcribe_many
 
     if hotwords and not hasattr(recognizer, "with_hotwords"):
         raise RequestError(422, "hotwords: this model is an export, which decodes without hotwords", param="hotwords")

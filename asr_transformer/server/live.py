@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from asr_transformer.decode.search import DecodeError
-from asr_transformer.streaming import StreamingRecognizer
-from asr_transformer.transcribe import Segmenter
+from asr_transformer.inference.streaming import StreamingRecognizer
+from asr_transformer.inference.transcribe import Segmenter
 
 
 class LiveSession:

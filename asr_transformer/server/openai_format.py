@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import zlib
 
-from asr_transformer.writers import to_srt, to_vtt
+from asr_transformer.inference.writers import to_srt, to_vtt
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("segment", "word")

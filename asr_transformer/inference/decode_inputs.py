@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from asr_transformer.fileio import atomic_open
-from asr_transformer.writers import check_writable
+from asr_transformer.inference.writers import check_writable
 
 MAX_LISTED = 20  # bad utterances listed on stderr before "… and N more"
 SKIPPED = "skipped.jsonl"  # the utterances a decoding with skip_bad left out, in its output folder

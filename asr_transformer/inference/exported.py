@@ -1,6 +1,6 @@
 """Run an exported model (`asr export`) with onnxruntime and numpy alone: PyTorch is never imported.
 
-    from asr_transformer.exported import ExportedRecognizer
+    from asr_transformer.inference.exported import ExportedRecognizer
     asr = ExportedRecognizer("exp/phone/onnx")
     print(asr.transcribe("audio.wav")["text"])
 
@@ -372,8 +372,8 @@ class ExportedRecognizer:
         → {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}."""
         import time
 
-        from asr_transformer.decode_inputs import DecodeInputs
-        from asr_transformer.writers import write_decoding
+        from asr_transformer.inference.decode_inputs import DecodeInputs
+        from asr_transformer.inference.writers import write_decoding
 
         modes = list(modes or [self.options.mode])
         for m in modes:
@@ -417,7 +417,7 @@ class ExportedRecognizer:
                    word_timestamps: bool = False) -> dict:
         """One audio file of any length → {"text", "segments", "duration"} (with `word_timestamps`, each segment's
         "words"), as `Recognizer.transcribe`."""
-        from asr_transformer.transcribe import transcribe
+        from asr_transformer.inference.transcribe import transcribe
 
         return transcribe(self, audio, max_segment=max_segment, progress=progress, speaker=speaker,
                           word_timestamps=word_timestamps)

@@ -246,10 +246,10 @@ class StreamingRecognizer:
 
 def stream_file(recognizer, source, chunk_ms: float | None = None, realtime: bool = False,
                 block_seconds: float = 0.1, **options):
-    """Stream an audio source (a path, bytes, an array or a `transcribe.PipeSource`) through a
+    """Stream an audio source (a path, bytes, an array or a `data.audio_stream.PipeSource`) through a
     `StreamingRecognizer` in blocks of `block_seconds` → yields its events. `realtime`: feed no faster than the
     audio plays (a file as a microphone would give it). options: `StreamingRecognizer`'s."""
-    from asr_transformer.transcribe import stream_audio
+    from asr_transformer.data.audio_stream import stream_audio
 
     stream = StreamingRecognizer(recognizer, chunk_ms, **options)
     t0, fed = time.perf_counter(), 0

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import UserError
-from .fileio import atomic_open
+from asr_transformer.errors import UserError
+from asr_transformer.fileio import atomic_open
 
 FORMATS = ("txt", "json", "srt", "vtt", "tsv")
 
@@ -172,7 +172,7 @@ def write_decoding(folder: str | os.PathLike, utts, nbests: list, text: Callable
     seconds: {"audio", "decode", "features"}. → {"dir", "rtf", "decode_seconds", "audio_seconds",
     ["wer", "cer", "wer_whisper", "cer_whisper"]}.
     """
-    from .fileio import write_json
+    from asr_transformer.fileio import write_json
 
     audio, decode, features = (seconds[k] for k in ("audio", "decode", "features"))
     rtf = decode / max(audio, 1e-9)
@@ -183,7 +183,7 @@ def write_decoding(folder: str | os.PathLike, utts, nbests: list, text: Callable
         "feature_rtf": features / max(audio, 1e-9), **about})
     summary = {"dir": str(folder), "rtf": rtf, "decode_seconds": decode, "audio_seconds": audio}
     if score:
-        from .scoring import score_decoding, whisper_line
+        from asr_transformer.scoring import score_decoding, whisper_line
 
         report, whisper = score_decoding(folder, normalizer)
         summary.update(wer=report.wer, cer=report.cer, wer_whisper=whisper.wer, cer_whisper=whisper.cer)

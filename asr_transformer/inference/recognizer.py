@@ -37,7 +37,7 @@ from asr_transformer.decode.search import (BIASED_MODES, LM_MODES, DecodeError, 
 from asr_transformer.model.asr import NoCTCError
 from asr_transformer.numerals import spell_numbers
 from asr_transformer.package import check_precision, load_package, read_package
-from asr_transformer.writers import write_decoding
+from asr_transformer.inference.writers import write_decoding
 
 
 class HotwordWarning(UserWarning):
@@ -241,7 +241,7 @@ class Recognizer:
         {"text", "segments": [{"start", "end", "text", "score"}], "duration"}; with `word_timestamps` each segment
         also has "words": [{"word", "start", "end", "probability"}]. max_segment: seconds (None:
         transcribe.MAX_SEGMENT). See `transcribe.transcribe`."""
-        from asr_transformer.transcribe import MAX_SEGMENT, transcribe
+        from asr_transformer.inference.transcribe import MAX_SEGMENT, transcribe
 
         if not isinstance(audio, (np.ndarray, str, os.PathLike, bytes, bytearray)):  # arrays: transcribe checks them
             raise DecodeError(f"transcribe takes a path, the bytes of an audio file or an array of 16 kHz samples, "
@@ -268,7 +268,7 @@ class Recognizer:
         `skip_bad` is left out and listed in `out/skipped.jsonl`.
         Returns {mode: {"dir", "rtf", "decode_seconds", "audio_seconds", ["wer", "cer"]}}.
         """
-        from asr_transformer.decode_inputs import DecodeInputs
+        from asr_transformer.inference.decode_inputs import DecodeInputs
 
         modes = check_modes(modes or [self.options.mode])
         folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]

@@ -138,7 +138,7 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     """Export `package` into the folder `out`; → {file name: size in bytes}. The export decodes with `mode` by
     default (else the package's mode where an export can run it, else rescore). Raises ValueError for what
     cannot be exported (a model.speaker_cmn model: its speaker means are computed outside the graph)."""
-    from asr_transformer.exported import EXPORTED_MODES
+    from asr_transformer.inference.exported import EXPORTED_MODES
     from asr_transformer.package import load_package, read_package
 
     if fmt not in FORMATS:

@@ -3,10 +3,8 @@ segments and timestamps (the writers' result dict), in bounded memory.
 
 Read top to bottom:
 
-1. `stream_audio` reads a file (a path, the bytes of a file, or an array already at 16 kHz) in blocks
-   of a few seconds with ``soundfile.SoundFile``, mixes to mono and resamples each block to 16 kHz.
-   Blocks are resampled with enough context on both sides (aligned to the resampling period) that the
-   result equals resampling the whole file at once; nothing longer than one block is ever read.
+1. `data/audio_stream.py: AudioStream` opens the source once (a path, the bytes of a file, or an array already at
+   16 kHz) and reads it in blocks of a few seconds, mono, resampled to 16 kHz as the whole file would be.
 2. `Segmenter` splits the stream at silences. Each 10 ms frame gets an energy in dB (of the frame less its
    mean: a DC offset is no sound, and would otherwise raise the noise floor above the speech); a frame is speech
    when its energy is above ``max(peak − 40 dB, noise + 10 dB, −70 dBFS)``. `peak` is a running maximum
@@ -34,42 +32,25 @@ Read top to bottom:
 4. `progress`, a callback of `transcribe`, hears how far a long file is (`asr transcribe` draws a bar with it).
 
 This is a library module: errors are `AudioError`s (a UserError naming the source), warnings `NoSpeechWarning`s;
-the command line (cli.py: transcribe) turns them into its one-line messages.
+the command line (cli/transcribe.py) turns them into its one-line messages.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import os
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Union
+from typing import Callable, Iterator
 
 import numpy as np
-import soundfile as sf
 
-from asr_transformer.data.audio import (SAMPLE_RATE, AudioError, check_complete, check_range, checked_samples,
-                                        resample)
-
+from asr_transformer.data.audio import SAMPLE_RATE
+from asr_transformer.data.audio_stream import AudioSource, AudioStream, stream_audio
 
 
-@dataclass
-class PipeSource:
-    """Audio arriving on a pipe as it is recorded (`asr transcribe --stream -`): a WAV stream, or with `raw_rate`
-    headerless signed 16-bit little-endian mono PCM at that sample rate. Read once, front to back."""
-
-    file: BinaryIO  # e.g. sys.stdin.buffer
-    raw_rate: int = 0
-    name: str = "<stdin>"
-
-
-AudioSource = Union[str, os.PathLike, bytes, bytearray, np.ndarray, PipeSource]
 ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done, total seconds or None, segments)
 
 FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
-BLOCK_SECONDS = 5.0  # audio read (and resampled) at once
 MIN_DECODE = int(0.1 * SAMPLE_RATE)  # segments shorter than this are zero-padded for the encoder
 MAX_SEGMENT = 20.0  # seconds: the longest segment decoded at once, unless a caller asks for another
 WHISPER_WINDOW = 30.0  # seconds: the window an attention-only model (Whisper) reads segments merged into
@@ -81,130 +62,6 @@ class NoSpeechWarning(UserWarning):
     def __init__(self, source: str, detail: str):
         super().__init__(f"{source}: {detail}")
         self.source, self.detail = source, detail
-
-
-# ------------------------------------------------------------------------------------------- reading
-
-
-def _source_name(source: AudioSource) -> str:
-    if isinstance(source, PipeSource):
-        return source.name
-    if isinstance(source, (bytes, bytearray)):
-        return "<bytes>"
-    if isinstance(source, np.ndarray):
-        return "<array>"
-    return str(source)
-
-
-def _open(source: AudioSource, name: str) -> sf.SoundFile:
-    if isinstance(source, PipeSource):
-        try:
-            if source.raw_rate:
-                return sf.SoundFile(source.file.fileno(), closefd=False, format="RAW", subtype="PCM_16",
-                                    endian="LITTLE", samplerate=source.raw_rate, channels=1)
-            return sf.SoundFile(source.file.fileno(), closefd=False)
-        except Exception as e:
-            raise AudioError(name, "unreadable", f"cannot decode the audio stream ({e}); for headerless 16-bit "
-                             "PCM give its sample rate") from None
-    if isinstance(source, (bytes, bytearray)):
-        if not source:
-            raise AudioError(name, "empty", "no audio data (0 bytes)")
-        handle = io.BytesIO(source)
-    else:
-        path = Path(source)
-        if not path.exists():
-            raise AudioError(name, "unreadable", "file not found")
-        if path.is_dir():
-            raise AudioError(name, "unreadable", "is a directory, not an audio file")
-        handle = str(path)
-    try:
-        return sf.SoundFile(handle)
-    except Exception as e:  # soundfile raises several types for unknown or damaged formats
-        raise AudioError(name, "unreadable", f"cannot decode audio ({e})") from None
-
-
-def _resampling_context(up: int, down: int) -> int:
-    """Input samples of context each side so that block-wise resampling equals whole-signal resampling.
-
-    torchaudio's sinc kernel for output group j reads input [j·down − width, j·down + width + down) with
-    width = ceil(6·down / (0.99·min(up, down))) (its defaults); the context is a multiple of `down`, so
-    block boundaries fall on output-group boundaries.
-    """
-    width = math.ceil(6 * down / (0.99 * min(up, down)))
-    return down * (math.ceil(width / down) + 1)
-
-
-def audio_duration(source: AudioSource) -> float | None:
-    """Duration in seconds from the header (no samples read); None when the header does not say."""
-    if isinstance(source, np.ndarray):
-        return len(source) / SAMPLE_RATE
-    if isinstance(source, PipeSource):  # reading its header would consume it
-        return None
-    name = _source_name(source)
-    with _open(source, name) as f:
-        return f.frames / f.samplerate if f.frames > 0 else None
-
-
-def stream_audio(source: AudioSource, block_seconds: float = BLOCK_SECONDS) -> Iterator[np.ndarray]:
-    """Yield `source` as consecutive mono float32 16 kHz blocks of about `block_seconds` each.
-
-    `source`: a path, the bytes of an audio file, or a float array already at 16 kHz ((n,) or (n, channels),
-    checked by `data.audio.checked_samples`). Only one
-    block (plus resampling context) is in memory at a time. Raises AudioError naming the source when it
-    cannot be read, holds no samples, NaN/inf or samples far out of -1..1, or is a truncated WAV.
-    """
-    name = _source_name(source)
-    if isinstance(source, np.ndarray):
-        samples = checked_samples(source, name)  # the arrays' gate: float, channels averaged, finite, in range
-        n = max(1, int(block_seconds * SAMPLE_RATE))
-        for i in range(0, len(samples), n):
-            yield samples[i:i + n]
-        return
-
-    f = _open(source, name)
-    with f:
-        rate = f.samplerate
-        if not isinstance(source, PipeSource):  # a stream's header cannot know its length
-            check_complete(source, name, f.frames, rate)  # as load_audio: a truncated WAV is refused
-
-        def read(frames: int) -> np.ndarray:
-            try:
-                data = f.read(frames=frames, dtype="float32", always_2d=True)
-            except Exception as e:
-                raise AudioError(name, "unreadable", f"cannot decode audio ({e})") from None
-            mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
-            if not np.isfinite(mono).all():
-                raise AudioError(name, "nonfinite", "audio contains NaN or infinite samples")
-            check_range(mono, name)
-            return np.ascontiguousarray(mono, dtype=np.float32)
-
-        if rate == SAMPLE_RATE:
-            block = read(int(block_seconds * rate))
-            if block.size == 0:
-                raise AudioError(name, "empty", "audio has no samples")
-            while block.size:
-                yield block
-                block = read(int(block_seconds * rate))
-            return
-
-        g = math.gcd(rate, SAMPLE_RATE)
-        up, down = SAMPLE_RATE // g, rate // g
-        ctx = _resampling_context(up, down)
-        size = down * max(1, math.ceil(max(block_seconds * rate, ctx) / down))  # ≥ ctx, a multiple of down
-        left = np.zeros(ctx, np.float32)
-        cur = read(size)
-        if cur.size == 0:
-            raise AudioError(name, "empty", "audio has no samples")
-        while cur.size:
-            nxt = read(size)
-            right = nxt[:ctx]
-            if right.size < ctx:  # end of the file: zeros, as resampling the whole signal pads
-                right = np.concatenate([right, np.zeros(ctx - right.size, np.float32)])
-            out = resample(np.concatenate([left, cur, right]), rate, SAMPLE_RATE)
-            start = ctx * up // down
-            yield np.ascontiguousarray(out[start:start + math.ceil(cur.size * up / down)], dtype=np.float32)
-            left = np.concatenate([left, cur])[-ctx:]
-            cur = nxt
 
 
 # --------------------------------------------------------------------------------------- segmenting
@@ -425,7 +282,7 @@ class SegmentStream:
     `pieces`, with a NoSpeechWarning. Iterate once; then `duration` is the source's length in seconds.
     `between_blocks(seconds read)` is called after each block of the source."""
 
-    def __init__(self, recognizer, source: AudioSource, max_segment: float = MAX_SEGMENT,
+    def __init__(self, recognizer, source: AudioSource | AudioStream, max_segment: float = MAX_SEGMENT,
                  between_blocks: Callable[[float], None] | None = None):
         self.source, self.max_segment, self.between_blocks = source, max_segment, between_blocks
         cfg = recognizer.config
@@ -433,6 +290,13 @@ class SegmentStream:
         self.duration = 0.0
 
     def __iter__(self) -> Iterator[Segment]:
+        if isinstance(self.source, AudioStream):
+            yield from self._segments(self.source)
+            return
+        with AudioStream(self.source) as audio:  # opened once, read again only for `pieces`
+            yield from self._segments(audio)
+
+    def _segments(self, audio: AudioStream) -> Iterator[Segment]:
         segmenter = Segmenter(self.max_segment)
         merger = WindowMerger(self.window) if self.window else None
 
@@ -440,7 +304,7 @@ class SegmentStream:
             return [w for s in segments for w in merger.push(s)] if merger else segments
 
         found = False
-        for block in stream_audio(self.source):
+        for block in audio.blocks():
             for segment in windows(segmenter.push(block)):
                 found = True
                 yield segment
@@ -451,11 +315,11 @@ class SegmentStream:
             yield segment
         self.duration = segmenter.samples / SAMPLE_RATE
         if not found and segmenter.loudest > segmenter.floor_db:  # sound, but no speech found: decode all of it
-            warnings.warn(NoSpeechWarning(_source_name(self.source), (
+            warnings.warn(NoSpeechWarning(audio.name, (
                 f"the voice detector found no speech in {self.duration:.1f} s of audio that is not silent (loudest "
                 f"10 ms: {segmenter.loudest:.0f} dBFS); decoded all of it, in pieces of {self.max_segment:g} s")),
-                stacklevel=4)
-            yield from pieces(self.source, self.max_segment)
+                stacklevel=5)
+            yield from pieces(audio, self.max_segment)
 
 
 def window_seconds(cfg) -> float:
@@ -477,12 +341,12 @@ def _joined(a: Segment, b: Segment) -> Segment:
     return Segment(a.start, b.end, np.concatenate([head, b.audio]), a.audio_start)
 
 
-def pieces(source: AudioSource, max_segment: float = MAX_SEGMENT) -> Iterator[Segment]:
-    """Stream `source` and yield all of it as consecutive segments of `max_segment` seconds (the last one
-    shorter), without looking for speech: what `transcribe` decodes when the detector finds none."""
+def pieces(audio: AudioStream, max_segment: float = MAX_SEGMENT) -> Iterator[Segment]:
+    """All of `audio`, from its start, as consecutive segments of `max_segment` seconds (the last one shorter),
+    without looking for speech: what `transcribe` decodes when the detector finds none."""
     size = max(1, int(round(max_segment * SAMPLE_RATE)))
     buffer, start = np.zeros(0, np.float32), 0
-    for block in stream_audio(source):
+    for block in audio.blocks():
         buffer = np.concatenate([buffer, block])
         while buffer.size >= size:
             yield _piece(buffer[:size], start)
@@ -564,7 +428,6 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
     """
     cfg = recognizer.config
     batch_size = recognizer.options.batch_size
-    total = audio_duration(audio_source) if progress is not None else None
     results: list[dict] = []
     decoded = 0
     if not cfg.model.speaker_cmn:
@@ -584,13 +447,15 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
         if not pending and progress is not None:
             progress(position, total, decoded)
 
-    segments = SegmentStream(recognizer, audio_source, max_segment, between_blocks)
     pending: list[Segment] = []
-    for segment in segments:
-        pending.append(segment)
-        if len(pending) >= batch_size:
-            decode(pending)
-            pending = []
+    with AudioStream(audio_source) as audio:  # the file is opened once
+        total = audio.duration
+        segments = SegmentStream(recognizer, audio, max_segment, between_blocks)
+        for segment in segments:
+            pending.append(segment)
+            if len(pending) >= batch_size:
+                decode(pending)
+                pending = []
     if pending:
         decode(pending)
     duration = segments.duration
