@@ -86,7 +86,11 @@ class ModelConfig:
     # subtract the mean of all its speaker's utterances instead (the manifests' `speaker`; Kaldi's per-speaker CMN):
     # the channel goes, the word's own spectrum stays. An utterance alone or of speaker "unknown" uses its own mean.
     speaker_cmn: bool = False
-    conv_kernel: int = 0  # >0: Conformer encoder blocks (macaron FFNs + depthwise conv of this width; always pre-LN)
+    # the encoder's blocks: transformer (self-attention, feed-forward) or conformer (macaron feed-forwards, attention
+    # and a depthwise convolution of conv_kernel frames; always pre-LN). A config of old that gives only
+    # conv_kernel (> 0: Conformer, 0: Transformer) still reads as it did.
+    block: str = "transformer"
+    conv_kernel: int = 15
     tie_embeddings: bool = False
     ctc_weight: float = 0.3
     # InterCTC (Lee & Watanabe 2021): this share of the CTC loss is taken at the output of encoder block
@@ -259,6 +263,8 @@ def to_dict(cfg) -> dict:
 
 
 def _update(obj, values: dict, where: str) -> None:
+    if isinstance(obj, ModelConfig):
+        values = _block_of_old(values)
     for key, value in values.items():
         if key == "preset" and isinstance(obj, ModelConfig):
             apply_preset(obj, value)
@@ -273,6 +279,24 @@ def _update(obj, values: dict, where: str) -> None:
             _update(current, value, f"{where}.{key}")
         else:
             setattr(obj, key, _coerce(current, value, f"{where}.{key}"))
+
+
+def upgraded(data: dict) -> dict:
+    """A whole config as a mapping (a saved config.yaml, a package's), its keys of old read as today's."""
+    if isinstance(data.get("model"), dict):
+        return {**data, "model": _block_of_old(data["model"])}
+    return data
+
+
+def _block_of_old(values: dict) -> dict:
+    """Model keys from before model.block: conv_kernel alone chose the block (> 0: Conformer of that width)."""
+    if "conv_kernel" not in values or "block" in values or not isinstance(values["conv_kernel"], int):
+        return values
+    values = dict(values)
+    if values["conv_kernel"] > 0:
+        return {"block": "conformer", **values}
+    del values["conv_kernel"]  # 0: Transformer blocks, and the Conformer's width left at its default
+    return {"block": "transformer", **values}
 
 
 def _coerce(current, value, where: str):
@@ -357,7 +381,8 @@ RANGES = [
     ("model.attention_dropout", _fraction, "in [0, 1)"),
     ("model.subsampling", lambda v: v in (2, 4, 6, 8), "2 (whisper front-end), 4, 6 or 8"),
     ("model.subsampling_channels", lambda v: v >= 0, "≥ 0 (0: d_model)"),
-    ("model.conv_kernel", lambda v: v == 0 or (v > 0 and v % 2 == 1), "0 (no Conformer blocks) or an odd width"),
+    ("model.block", lambda v: v in ("transformer", "conformer"), "transformer or conformer"),
+    ("model.conv_kernel", lambda v: v > 0 and v % 2 == 1, "an odd width (the Conformer convolution's)"),
     ("model.ctc_weight", _probability, "in [0, 1]"),
     ("model.interctc_weight", _fraction, "in [0, 1)"),
     ("model.interctc_layer", lambda v: v >= 0, "≥ 0 (0: the middle block)"),

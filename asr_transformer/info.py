@@ -19,7 +19,8 @@ def describe(path: str | os.PathLike) -> str:
     cfg = from_dict(state["config"], f"{path}:config")
     meta, info, lms = state["tokenizer_meta"], state.get("info") or {}, state.get("lms") or {}
     m, f, d = cfg.model, cfg.features, cfg.decode
-    block = f"Conformer (conv kernel {m.conv_kernel})" if m.conv_kernel else f"Transformer ({'pre' if m.pre_norm else 'post'}-LN)"
+    block = (f"Conformer (conv kernel {m.conv_kernel})" if m.block == "conformer"
+             else f"Transformer ({'pre' if m.pre_norm else 'post'}-LN)")
     parameters = ASRModel(m).count_parameters() / 1e6
     if m.frontend == "whisper":
         block, head = "Whisper", "no CTC head" if not m.ctc else f"CTC weight {m.ctc_weight:g}"

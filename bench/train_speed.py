@@ -40,9 +40,9 @@ SHAPES = {
     "ref10m_c32": {"d_model": 256, "heads": 4, "encoder_layers": 6, "decoder_layers": 3, "ffn_dim": 1024,
                    "subsampling_channels": 32},
     # Conformer encoder blocks (depthwise conv kernel 15) on the narrow front-end
-    "small_conformer": {"preset": "small", "subsampling_channels": 32, "conv_kernel": 15},
+    "small_conformer": {"preset": "small", "subsampling_channels": 32, "block": "conformer", "conv_kernel": 15},
     "ref10m_conformer": {"d_model": 256, "heads": 4, "encoder_layers": 6, "decoder_layers": 3, "ffn_dim": 1024,
-                         "subsampling_channels": 32, "conv_kernel": 15},
+                         "subsampling_channels": 32, "block": "conformer", "conv_kernel": 15},
 }
 
 

@@ -37,7 +37,8 @@ def test_bad_overrides_are_explained(override, message):
     ("model.subsampling=2", r"^model\.subsampling=2: must be 2 with model\.frontend: whisper, and only with it$"),
     ("model.ctc=false", r"^model\.ctc_weight=0\.3: must be 0 in a model without a CTC head"),
     ("features.kind=htk", r"^features\.kind='htk': must be fbank or whisper$"),
-    ("model.conv_kernel=16", r"^model\.conv_kernel=16: must be 0 \(no Conformer blocks\) or an odd width$"),
+    ("model.conv_kernel=16", r"^model\.conv_kernel=16: must be an odd width \(the Conformer convolution's\)$"),
+    ("model.block=lstm", r"^model\.block='lstm': must be transformer or conformer$"),
     ("model.ctc_weight=1.5", r"^model\.ctc_weight=1\.5: must be in \[0, 1\]$"),
     ("augment.noise_snr=[40, 10]", r"^augment\.noise_snr=\[40, 10\]: must be \[low, high\] in dB, low ≤ high$"),
     ("augment.speed_factors=[]", r"^augment\.speed_factors=\[\]: must be a non-empty list of factors > 0$"),
@@ -68,3 +69,24 @@ def test_the_cli_refuses_a_bad_range_in_one_line_and_trains_nothing(tmp_path):
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == ["error: train.max_epochs=-1: must be ≥ 1"]
     assert not (tmp_path / "exp").exists()
+
+
+def test_configs_from_before_model_block_read_as_they_did(tmp_path):
+    """Before model.block, conv_kernel alone chose the encoder's blocks: > 0 Conformer of that width, 0 Transformer.
+    A package's config, a YAML file and a resumed run's config.yaml of that time still mean what they meant."""
+    from asr_transformer.config import Config, from_dict, to_dict
+    import yaml
+
+    from asr_transformer.train.experiment import config_difference
+
+    old = to_dict(Config())
+    del old["model"]["block"]
+    for kernel, block in ((15, "conformer"), (7, "conformer"), (0, "transformer")):
+        old["model"]["conv_kernel"] = kernel
+        cfg = from_dict(old)
+        assert cfg.model.block == block and cfg.model.conv_kernel == (kernel or 15)
+        saved = tmp_path / f"config_{kernel}.yaml"
+        saved.write_text(yaml.safe_dump(old))
+        assert config_difference(saved, cfg) == ""  # the run resumes
+        assert load_config(saved).model.block == block
+    assert from_dict({"model": {"block": "transformer", "conv_kernel": 7}}).model.block == "transformer"

@@ -35,7 +35,7 @@ def exported(tone_corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
     tok = load_tokenizer(tone_corpus / "tokenizer")
     cfg = Config()
-    cfg.model = ModelConfig(input_dim=80, vocab_size=tok.vocab_size, **PRESETS["tiny"], conv_kernel=7,
+    cfg.model = ModelConfig(input_dim=80, vocab_size=tok.vocab_size, **PRESETS["tiny"], block="conformer", conv_kernel=7,
                             interctc_weight=0.3, utterance_cmn=True)
     cfg.decode.max_len_ratio, cfg.decode.beam = 0.3, 4
     torch.manual_seed(0)

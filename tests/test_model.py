@@ -60,9 +60,9 @@ def test_decoder_is_causal():
     assert not torch.allclose(a[:, 0], b[:, 0])
 
 
-@pytest.mark.parametrize("changes", [dict(pre_norm=True), dict(pre_norm=False), dict(conv_kernel=7),
+@pytest.mark.parametrize("changes", [dict(pre_norm=True), dict(pre_norm=False), dict(block="conformer", conv_kernel=7),
                                      dict(utterance_cmn=True),
-                                     dict(interctc_weight=0.3, interctc_condition=True, conv_kernel=7)])
+                                     dict(interctc_weight=0.3, interctc_condition=True, block="conformer", conv_kernel=7)])
 def test_padding_invariance(changes):
     m = model(**changes).eval()
     feats, lens, tokens, token_lens = batch(lengths=(61, 33), token_lens=(5, 2))
@@ -182,7 +182,7 @@ def test_attention_weights_path_equals_fused():
 
 @pytest.mark.parametrize("changes", [dict(pre_norm=False), dict(pre_norm=True, tie_embeddings=True),
                                      dict(ctc_weight=1.0), dict(ctc_weight=0.0), dict(subsampling=6),
-                                     dict(subsampling=8), dict(conv_kernel=15),
+                                     dict(subsampling=8), dict(block="conformer", conv_kernel=15),
                                      dict(subsampling_channels=16)])
 def test_variants_train(changes):
     m = model(**changes).train()
@@ -302,7 +302,7 @@ def test_conformer_depthwise_conv_equals_conv1d():
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("changes", [dict(), dict(conv_kernel=7)])
+@pytest.mark.parametrize("changes", [dict(), dict(block="conformer", conv_kernel=7)])
 def test_interctc_loss_is_the_intermediate_blocks_ctc(changes):
     """With model.interctc_weight = v the CTC part is (1 − v)·CTC(final) + v·CTC(norm(block k output)),
     k the middle block; v = 0 leaves the loss as it was; the intermediate loss trains the lower blocks."""
@@ -344,7 +344,7 @@ def test_self_conditioned_ctc_feeds_the_intermediate_posteriors_back():
         for block in m.encoder.layers[:2]:
             x = block(x, mask, mask.transpose(1, 2))
         inter = m.encoder.norm(x)
-        x = x + m.encoder.condition(m.ctc.proj(inter).softmax(-1))
+        x = x + m.condition(m.ctc.proj(inter).softmax(-1))
         for block in m.encoder.layers[2:]:
             x = block(x, mask, mask.transpose(1, 2))
         want = m.encoder.norm(x)
@@ -356,15 +356,21 @@ def test_self_conditioned_ctc_feeds_the_intermediate_posteriors_back():
     torch.testing.assert_close(out["loss_interctc"], m.ctc.loss(inter, enc_lens, tokens, token_lens))
 
     plain = model(**cfg).eval()
-    plain.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("encoder.condition.")})
+    plain.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("condition.")})
     with torch.no_grad():
         assert not torch.allclose(plain.encode(feats, lens)[0], enc)  # the conditioning does change the output
-        m.encoder.condition.weight.zero_()
-        m.encoder.condition.bias.zero_()
+        m.condition.weight.zero_()
+        m.condition.bias.zero_()
         torch.testing.assert_close(m.encode(feats, lens)[0], plain.encode(feats, lens)[0])
+
+    old_names = {("encoder." + k if k.startswith("condition.") else k): v for k, v in m.state_dict().items()}
+    before = model(seed=5, interctc_condition=True, **cfg).eval()
+    before.load_state_dict(old_names)  # a package of old: the conditioning layer was the encoder's
+    with torch.no_grad():
+        torch.testing.assert_close(before.encode(feats, lens)[0], m.encode(feats, lens)[0])
 
     m.train()
     m(feats, lens, tokens, token_lens)["loss"].backward()
-    assert m.encoder.condition.weight.grad.abs().sum() > 0  # the final CTC and decoder losses train it
+    assert m.condition.weight.grad.abs().sum() > 0  # the final CTC and decoder losses train it
     with pytest.raises(ValueError, match="interctc_condition needs InterCTC"):
         model(interctc_condition=True)

@@ -44,7 +44,7 @@ def test_chunk_mask():
 @pytest.mark.parametrize("conformer", [False, True])
 @pytest.mark.parametrize("chunk,left_chunks", [(1, -1), (3, -1), (4, 2), (5, 0), (16, 1)])
 def test_incremental_encoder_equals_chunk_masked(conformer, chunk, left_chunks):
-    m = streaming_model(conv_kernel=5 if conformer else 0, subsampling=4)
+    m = streaming_model(block="conformer" if conformer else "transformer", conv_kernel=5, subsampling=4)
     feats = torch.randn(1, 97, FEAT, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         full, lens = m.encode(feats, torch.tensor([97]), chunk=chunk, left_chunks=left_chunks)
@@ -57,7 +57,7 @@ def test_incremental_encoder_equals_chunk_masked(conformer, chunk, left_chunks):
 
 
 def test_chunked_encoder_is_padding_invariant_and_causal():
-    m = streaming_model(conv_kernel=5, subsampling=8)
+    m = streaming_model(block="conformer", conv_kernel=5, subsampling=8)
     g = torch.Generator().manual_seed(4)
     feats = torch.randn(2, 120, FEAT, generator=g)
     lens = torch.tensor([120, 83])
@@ -98,7 +98,7 @@ def streaming_package(tmp_path_factory):
     tok = train_tokenizer(["one two three", "four five six"] * 5, root / "tok", model_type="char")
     cfg = Config()
     cfg.model = ModelConfig(input_dim=cfg.features.num_mel_bins, vocab_size=tok.vocab_size, **PRESETS["tiny"],
-                            conv_kernel=5, streaming=True)
+                            block="conformer", conv_kernel=5, streaming=True)
     torch.manual_seed(0)
     m = ASRModel(cfg.model)
     save_package(root / "model.pt", cfg, tok, m.state_dict())
@@ -204,8 +204,12 @@ def test_a_model_that_looks_ahead_cannot_stream(tiny_package):
     from asr_transformer.inference.streaming import StreamingRecognizer
 
     import dataclasses as dc
+
+    from asr_transformer.model.asr import ASRModel
     rec = Recognizer(tiny_package / "model.pt", device="cpu", threads=1)
-    rec.config = dc.replace(rec.config, model=dc.replace(rec.config.model, conv_kernel=5))
+    StreamingRecognizer(rec)  # Transformer blocks: no look-ahead
+    rec.model = ASRModel(dc.replace(rec.config.model, block="conformer", conv_kernel=5)).eval()
+    assert rec.model.encoder.look_ahead == 2 * rec.config.model.encoder_layers
     with pytest.raises(DecodeError, match="cannot stream"):
         StreamingRecognizer(rec)
 

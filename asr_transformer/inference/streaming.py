@@ -86,9 +86,9 @@ class StreamingRecognizer:
         model, cfg = recognizer.model, recognizer.config
         if model.ctc is None:
             raise DecodeError("streaming needs a CTC head, which this model does not have")
-        if cfg.model.conv_kernel > 0 and not cfg.model.streaming:
-            raise DecodeError("this model's Conformer convolutions look ahead, so it cannot stream; train a streaming "
-                              "model (model.streaming: true)")
+        if model.encoder.look_ahead > 0:
+            raise DecodeError("this model's encoder blocks look ahead (Conformer convolutions that are not causal), so "
+                              "it cannot stream; train a streaming model (model.streaming: true)")
         if cfg.model.utterance_cmn or cfg.model.speaker_cmn or cfg.features.kind != "fbank":
             raise DecodeError("this model normalizes by each utterance's mean (or uses Whisper's features), so it "
                               "cannot stream")

@@ -67,6 +67,16 @@ class ASRModel(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.ctc = CTC(cfg.d_model, cfg.vocab_size) if cfg.ctc else None
+        self.inter_layer = cfg.interctc_layer or (cfg.encoder_layers + 1) // 2  # InterCTC's block (1-based)
+        # self-conditioned CTC: that block's CTC posteriors (vocab) → d_model, added to its output
+        self.condition = nn.Linear(cfg.vocab_size, cfg.d_model) if cfg.interctc_condition else None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name in ("weight", "bias"):  # packages of old kept the self-conditioning layer in the encoder
+            old = f"{prefix}encoder.condition.{name}"
+            if old in state_dict:
+                state_dict[f"{prefix}condition.{name}"] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def set_cmvn(self, mean, std) -> None:
         """Global CMVN statistics, (input_dim,) each; features become (x - mean) / std (model/cmvn.py)."""
@@ -94,9 +104,7 @@ class ASRModel(nn.Module):
         → enc (B, T', D), enc_lens (B,). chunk > 0: the encoder attends in chunks of that many frames, each
         seeing `left_chunks` chunks before it (all when < 0): what streaming gives (`encode_chunk`)."""
         feats = self.normalize(feats, feat_lens, speaker_mean)
-        dtype = self.encoder_dtype
-        head = self.ctc.proj if self.ctc is not None else None
-        enc, enc_lens = self.encoder(feats.to(dtype), feat_lens, head, chunk, left_chunks)
+        enc, enc_lens = self.encoder(feats.to(self.encoder_dtype), feat_lens, chunk, left_chunks, self._interctc())
         return enc.float(), enc_lens
 
     def encode_chunk(self, feats: torch.Tensor, state) -> torch.Tensor:
@@ -105,8 +113,26 @@ class ASRModel(nn.Module):
         if self.cfg.utterance_cmn or self.cfg.speaker_cmn:
             raise ValueError("a model that subtracts each utterance's mean cannot stream")
         feats = (feats - self.cmvn_mean) * self.cmvn_istd
-        head = self.ctc.proj if self.ctc is not None else None
-        return self.encoder.forward_chunk(feats.to(self.encoder_dtype), state, head).float()
+        return self.encoder.forward_chunk(feats.to(self.encoder_dtype), state, self._interctc()).float()
+
+    def _interctc(self, kept: list | None = None):
+        """What follows block `inter_layer` (an `after_block` of the encoder), or None where nothing does: its
+        output through the encoder's final LayerNorm is appended to `kept` (InterCTC's loss reads it), and with
+        self-conditioning x + condition(softmax(ctc(that))) goes on to the next block."""
+        if kept is None and self.condition is None:
+            return None
+
+        def after_block(i: int, x: torch.Tensor) -> torch.Tensor:
+            if i != self.inter_layer:
+                return x
+            inter = self.encoder.norm(x)
+            if kept is not None:
+                kept.append(inter)
+            if self.condition is None:
+                return x
+            logits = self.ctc.proj(inter.to(self.ctc.proj.weight.dtype))  # the head stays float32 under bf16
+            return x + self.condition(logits.softmax(-1)).to(x.dtype)
+        return after_block
 
     @property
     def encoder_dtype(self) -> torch.dtype:
@@ -164,9 +190,10 @@ class ASRModel(nn.Module):
         if inter_weight <= 0:
             enc, enc_lens = self.encode(feats, feat_lens, speaker_mean)
             return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc)
-        enc, enc_lens, intermediate = self.encoder.forward_with_intermediate(self.normalize(feats, feat_lens, speaker_mean),
-                                                                             feat_lens, self.ctc.proj)
-        return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc, intermediate)
+        kept: list[torch.Tensor] = []
+        enc, enc_lens = self.encoder(self.normalize(feats, feat_lens, speaker_mean), feat_lens,
+                                     after_block=self._interctc(kept))
+        return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc, kept[0])
 
     def losses(self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor,
                sampling_prob: float = 0.0, mask_ctc: bool = False, intermediate: torch.Tensor | None = None) -> dict:

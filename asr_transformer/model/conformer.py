@@ -1,5 +1,4 @@
-"""The optional Conformer block (Gulati et al. 2020), built by the encoder instead of EncoderLayer when
-``model.conv_kernel > 0``: half-step FFN, self-attention, a depthwise convolution module, half-step FFN,
+"""The Conformer block (Gulati et al. 2020), the encoder's block with ``model.block: conformer``: half-step FFN, self-attention, a depthwise convolution module, half-step FFN,
 LayerNorm. The convolution gives every frame its neighbours directly, which on small data makes the encoder
 learn much faster."""
 
@@ -8,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from asr_transformer.config import ModelConfig
 from asr_transformer.model.attention import MultiHeadAttention
 from asr_transformer.model.cache import LayerCache
 from asr_transformer.model.dropout import Dropout
@@ -71,6 +71,24 @@ class ConformerLayer(nn.Module):
         self.norm_ffn_in, self.norm_attn, self.norm_conv, self.norm_ffn_out, self.norm_final = (
             nn.LayerNorm(d_model) for _ in range(5))
         self.dropout = Dropout(dropout)
+
+    pre_norm = True  # LayerNorm before each module, and one at the end of the block
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> "ConformerLayer":
+        return cls(cfg.d_model, cfg.heads, cfg.ffn_dim, cfg.conv_kernel, cfg.dropout, cfg.attention_dropout,
+                   causal=cfg.streaming)
+
+    @property
+    def look_ahead(self) -> int:
+        """Frames past its input the block reads: the convolution's right half, none when it is causal."""
+        return 0 if self.conv.causal else self.conv.depthwise.kernel_size[0] // 2
+
+    def new_cache(self, batch: int, like: torch.Tensor) -> LayerCache:
+        """An empty streaming memory: no keys and values, (batch, 0, 2·D), and kernel − 1 zero frames of
+        convolution input, (batch, kernel − 1, D); `like`'s dtype and device."""
+        d, k = self.conv.norm.normalized_shape[0], self.conv.depthwise.kernel_size[0]
+        return LayerCache(like.new_zeros(batch, 0, 2 * d), like.new_zeros(batch, k - 1, d))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, valid: torch.Tensor | None = None,
                 cache: LayerCache | None = None) -> torch.Tensor:

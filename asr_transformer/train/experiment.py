@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from asr_transformer.config import Config, to_dict
+from asr_transformer.config import Config, to_dict, upgraded
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import read_json, write_json
 
@@ -110,7 +110,7 @@ def config_difference(saved: Path, cfg: Config) -> str:
     """The first setting that differs between `saved` (a config.yaml) and `cfg`, outside RESUMABLE, as
     `model.d_model: 256 in exp/config.yaml, 144 now`; "" when none does."""
     with open(saved, encoding="utf-8") as f:
-        old = _flat(to_dict(Config())) | _flat(yaml.safe_load(f) or {})  # keys newer than the file: defaults
+        old = _flat(to_dict(Config())) | _flat(upgraded(yaml.safe_load(f) or {}))  # newer keys: defaults
     new = _flat(to_dict(cfg))
     changed = [k for k in new if old.get(k) != new[k] and not k.startswith(RESUMABLE)]
     if not changed:
