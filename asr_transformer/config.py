@@ -86,7 +86,7 @@ class ModelConfig:
     # subtract the mean of all its speaker's utterances instead (the manifests' `speaker`; Kaldi's per-speaker CMN):
     # the channel goes, the word's own spectrum stays. An utterance alone or of speaker "unknown" uses its own mean.
     speaker_cmn: bool = False
-    # the encoder's blocks: transformer (self-attention, feed-forward) or conformer (macaron feed-forwards, attention
+    # the encoder's blocks (model/encoder.py: BLOCKS): transformer (self-attention, feed-forward) or conformer (macaron feed-forwards, attention
     # and a depthwise convolution of conv_kernel frames; always pre-LN). A config of old that gives only
     # conv_kernel (> 0: Conformer, 0: Transformer) still reads as it did.
     block: str = "transformer"
@@ -381,7 +381,6 @@ RANGES = [
     ("model.attention_dropout", _fraction, "in [0, 1)"),
     ("model.subsampling", lambda v: v in (2, 4, 6, 8), "2 (whisper front-end), 4, 6 or 8"),
     ("model.subsampling_channels", lambda v: v >= 0, "≥ 0 (0: d_model)"),
-    ("model.block", lambda v: v in ("transformer", "conformer"), "transformer or conformer"),
     ("model.conv_kernel", lambda v: v > 0 and v % 2 == 1, "an odd width (the Conformer convolution's)"),
     ("model.ctc_weight", _probability, "in [0, 1]"),
     ("model.interctc_weight", _fraction, "in [0, 1)"),

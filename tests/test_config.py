@@ -38,7 +38,6 @@ def test_bad_overrides_are_explained(override, message):
     ("model.ctc=false", r"^model\.ctc_weight=0\.3: must be 0 in a model without a CTC head"),
     ("features.kind=htk", r"^features\.kind='htk': must be fbank or whisper$"),
     ("model.conv_kernel=16", r"^model\.conv_kernel=16: must be an odd width \(the Conformer convolution's\)$"),
-    ("model.block=lstm", r"^model\.block='lstm': must be transformer or conformer$"),
     ("model.ctc_weight=1.5", r"^model\.ctc_weight=1\.5: must be in \[0, 1\]$"),
     ("augment.noise_snr=[40, 10]", r"^augment\.noise_snr=\[40, 10\]: must be \[low, high\] in dB, low ≤ high$"),
     ("augment.speed_factors=[]", r"^augment\.speed_factors=\[\]: must be a non-empty list of factors > 0$"),

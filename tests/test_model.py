@@ -374,3 +374,8 @@ def test_self_conditioned_ctc_feeds_the_intermediate_posteriors_back():
     assert m.condition.weight.grad.abs().sum() > 0  # the final CTC and decoder losses train it
     with pytest.raises(ValueError, match="interctc_condition needs InterCTC"):
         model(interctc_condition=True)
+
+
+def test_the_block_type_is_one_of_the_encoders():
+    with pytest.raises(ValueError, match="model.block='lstm': must be one of transformer, conformer"):
+        model(block="lstm")

@@ -27,7 +27,8 @@ from asr_transformer.package import load_package, save_package
 from asr_transformer.inference.recognizer import Recognizer
 from asr_transformer.tokens import BLANK, EOS
 from asr_transformer.data.audio_stream import stream_audio
-from asr_transformer.inference.transcribe import NoSpeechWarning, Segmenter, iter_segments
+from asr_transformer.inference.segmenter import Segmenter, iter_segments
+from asr_transformer.inference.transcribe import NoSpeechWarning
 from tests.conftest import ALPHABET, speak
 
 SR = 16000
@@ -682,7 +683,8 @@ def test_transcribe_refuses_a_truncated_wav_and_samples_out_of_range(package, tm
 def test_whisper_windows_hold_their_segments_and_never_pass_the_window():
     """WindowMerger: windows in order, each segment in one window, every window's audio (context and lead-in
     included) within the window's seconds, starting where the last one ended when it fits."""
-    from asr_transformer.inference.transcribe import Segment, WindowMerger
+    from asr_transformer.inference.segmenter import Segment
+    from asr_transformer.inference.transcribe import WindowMerger
 
     rng = np.random.default_rng(3)
     segments, t = [], 0.4

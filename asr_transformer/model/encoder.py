@@ -94,6 +94,8 @@ class Encoder(nn.Module):
         super().__init__()
         self.subsampling = make_subsampling(cfg)
         self.pos = make_positions(cfg, "encoder")
+        if cfg.block not in BLOCKS:
+            raise ValueError(f"model.block={cfg.block!r}: must be one of {', '.join(BLOCKS)}")
         self.layers = nn.ModuleList(BLOCKS[cfg.block].from_config(cfg) for _ in range(cfg.encoder_layers))
         self.norm = nn.LayerNorm(cfg.d_model) if self.layers[0].pre_norm else nn.Identity()  # post-LN ends normed
         self.streaming, self.max_chunk = cfg.streaming, cfg.streaming_max_chunk

@@ -21,7 +21,7 @@ import numpy as np
 
 from asr_transformer.decode.search import DecodeError
 from asr_transformer.inference.streaming import StreamingRecognizer
-from asr_transformer.inference.transcribe import Segmenter
+from asr_transformer.inference.segmenter import Segmenter
 
 
 class LiveSession:

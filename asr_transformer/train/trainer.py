@@ -461,7 +461,10 @@ def _add_lora(model: ASRModel, tc: TrainConfig, say) -> None:
 def _build_model(run: _Run, mean, std) -> None:
     """The model (with the CMVN, on the device), its optimizer, loss scaler and learning-rate schedule."""
     cfg, tc, dev = run.cfg, run.cfg.train, run.dev
-    model = ASRModel(cfg.model)
+    try:
+        model = ASRModel(cfg.model)
+    except ValueError as e:  # model keys that do not go together, or a block type the encoder lacks
+        raise TrainError(str(e)) from None
     model.set_cmvn(mean, std)
     model.to(dev)
     run.say(f"model: {model.count_parameters() / 1e6:.2f} M parameters, vocabulary {cfg.model.vocab_size}, device "

@@ -1,0 +1,224 @@
+"""The energy voice detector: a stream of audio cut into speech segments, in bounded memory.
+
+`Segmenter` splits a stream of 16 kHz audio at silences. Each 10 ms frame gets an energy in dB (of the frame less its
+mean: a DC offset is no sound, and would otherwise raise the noise floor above the speech); a frame is speech
+when its energy is above ``max(peak − 40 dB, noise + 10 dB, −70 dBFS)``. `peak` is a running maximum
+(decaying 1 dB/s, updated with each ~5 s block before its frames are classified, so a block looks
+ahead at itself); `noise` a running noise floor (the 10th percentile of each block's frame energies,
+allowed to rise by 0.2 dB/s). In a block with dynamics (10th to 90th percentile ≥ 6 dB, i.e. it
+holds speech) the noise term is capped at peak − 15 dB, so speech that starts without any leading
+silence is not taken for noise; a stationary block (steady noise, hum) stays silence. A silence of
+at least `min_silence` (0.3 s) ends a segment.
+
+A segment is the speech between silences: its reported start/end are the first and last speech
+frames; the audio decoded is that plus up to `pad` (0.2 s) of context on each side (never reaching
+back before the previous segment's end). A stretch with no such silence is cut, *without overlap*,
+at the lowest-energy frame within the last 2 s before `max_segment` is reached (so no word is
+decoded twice and no seam has to be merged; a cut lands in the quietest spot, usually a short pause
+between words). Segments with less than 50 ms of speech (clicks) are dropped; silence is never decoded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from asr_transformer.data.audio import SAMPLE_RATE
+from asr_transformer.data.audio_stream import AudioSource, AudioStream, stream_audio
+
+FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
+MAX_SEGMENT = 20.0  # seconds: the longest segment decoded at once, unless a caller asks for another
+
+
+@dataclass
+class Segment:
+    """A stretch of speech: `start`/`end` in seconds (the speech itself, relative to the file) and the
+    16 kHz `audio` to decode, which starts at `audio_start` seconds (it may include a little context)."""
+
+    start: float
+    end: float
+    audio: np.ndarray
+    audio_start: float
+
+
+class Segmenter:
+    """Energy-based voice activity detection that splits a stream into segments of at most `max_segment`
+    seconds (see the module docstring for the rule). Feed blocks with `push`, then call `finish`; each
+    returns the segments completed so far, in order. Memory: at most max_segment + one block of audio.
+    """
+
+    def __init__(self, max_segment: float = MAX_SEGMENT, min_silence: float = 0.3, pad: float = 0.2,
+                 min_speech: float = 0.05, dynamic_range_db: float = 40.0, noise_margin_db: float = 10.0,
+                 floor_db: float = -70.0, peak_decay_db: float = 1.0, noise_rise_db: float = 0.2,
+                 min_snr_db: float = 15.0, stationary_db: float = 6.0, cut_search: float = 2.0):
+        if not max_segment >= 0.5:
+            raise ValueError(f"max_segment must be at least 0.5 s, got {max_segment}")
+        fps = SAMPLE_RATE // FRAME  # frames per second
+        self.max_frames = int(round(max_segment * fps))
+        self.min_silence = max(1, int(round(min_silence * fps)))
+        self.pad = int(round(pad * fps))
+        self.min_speech = max(1, int(round(min_speech * fps)))
+        self.cut_search = max(1, min(int(round(cut_search * fps)), self.max_frames // 2))
+        self.dynamic_range_db, self.noise_margin_db, self.floor_db = dynamic_range_db, noise_margin_db, floor_db
+        self.peak_decay_db, self.noise_rise_db = peak_decay_db, noise_rise_db
+        self.min_snr_db, self.stationary_db = min_snr_db, stationary_db
+        self.peak = -math.inf
+        self.loudest = -math.inf  # the loudest frame so far (dB): above floor_db, the audio is not silent
+        self.noise = math.inf
+        self.samples = 0  # samples pushed so far
+        self.audio = np.zeros(0, np.float32)  # samples [audio0, self.samples)
+        self.audio0 = 0
+        self.db = np.zeros(0, np.float32)  # frame energies [frame0, frame0 + len)
+        self.speech = np.zeros(0, bool)
+        self.frame0 = 0
+        self.cursor = 0  # first frame not yet given to a segment (absolute)
+        self.prev_end = 0  # end frame of the previous segment: left context stops there
+        self.done = False
+
+    # -- public -----------------------------------------------------------------------------------
+
+    @property
+    def position(self) -> float:
+        """Seconds of audio fully segmented so far."""
+        return self.cursor * FRAME / SAMPLE_RATE
+
+    def push(self, block: np.ndarray) -> list[Segment]:
+        if self.done:
+            raise RuntimeError("Segmenter.push after finish")
+        block = np.asarray(block, dtype=np.float32)
+        if block.size == 0:
+            return []
+        self.audio = np.concatenate([self.audio, block])
+        self.samples += block.size
+        self._add_frames(self.samples // FRAME)
+        return self._emit(final=False)
+
+    def finish(self) -> list[Segment]:
+        """Flush the rest of the stream (a last partial frame counts, zero-padded)."""
+        if self.done:
+            return []
+        self._add_frames(math.ceil(self.samples / FRAME))
+        self.done = True
+        return self._emit(final=True)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _add_frames(self, total_frames: int) -> None:
+        have = self.frame0 + self.db.size
+        if total_frames <= have:
+            return
+        lo, hi = have * FRAME - self.audio0, total_frames * FRAME - self.audio0
+        x = self.audio[lo:hi]
+        if x.size < hi - lo:
+            x = np.concatenate([x, np.zeros(hi - lo - x.size, np.float32)])
+        x = x.reshape(-1, FRAME).astype(np.float64)
+        x -= x.mean(axis=1, keepdims=True)  # a DC offset is no speech: it would raise the noise floor over it
+        db = (10.0 * np.log10(np.mean(x * x, axis=1) + 1e-12)).astype(np.float32)
+        dt = db.size * FRAME / SAMPLE_RATE
+        self.loudest = max(self.loudest, float(db.max()))
+        self.peak = max(self.peak - self.peak_decay_db * dt, float(db.max()))
+        low, high = (float(v) for v in np.percentile(db, [10, 90]))
+        self.noise = low if not math.isfinite(self.noise) else min(self.noise + self.noise_rise_db * dt, low)
+        noise_threshold = self.noise + self.noise_margin_db
+        if high - low >= self.stationary_db:  # the block has dynamics, so it holds speech: its quiet
+            noise_threshold = min(noise_threshold, self.peak - self.min_snr_db)  # part may be speech too
+        threshold = max(self.peak - self.dynamic_range_db, noise_threshold, self.floor_db)
+        self.db = np.concatenate([self.db, db])
+        self.speech = np.concatenate([self.speech, db > threshold])
+
+    def _segment(self, s: int, e: int, forced: bool, total: int) -> Segment | None:
+        """Speech frames [s, e) (absolute) → a Segment with context; None when it holds too little speech."""
+        a = max(s - self.pad, self.prev_end, self.frame0)
+        self.prev_end = e
+        if int(self.speech[s - self.frame0:e - self.frame0].sum()) < self.min_speech:
+            return None
+        b = e if forced else min(e + self.pad, total)
+        audio = self.audio[a * FRAME - self.audio0:min(b * FRAME, self.samples) - self.audio0].copy()
+        return Segment(start=s * FRAME / SAMPLE_RATE, end=min(e * FRAME, self.samples) / SAMPLE_RATE,
+                       audio=audio, audio_start=a * FRAME / SAMPLE_RATE)
+
+    def _cut(self, s: int) -> int:
+        """No silence within max_segment after speech start s: the quietest frame of the last `cut_search`."""
+        lo = s + self.max_frames - self.cut_search
+        window = self.db[lo - self.frame0:s + self.max_frames - self.frame0]
+        return max(lo + int(np.argmin(window)), s + 1)
+
+    def _emit(self, final: bool) -> list[Segment]:
+        out: list[Segment] = []
+        total = self.frame0 + self.db.size
+        m = self.min_silence
+        while True:
+            hits = np.flatnonzero(self.speech[self.cursor - self.frame0:])
+            if hits.size == 0:  # nothing but silence after the cursor
+                self.cursor = total
+                break
+            s = self.cursor + int(hits[0])
+            # the first silence run of ≥ m frames after s, from window sums of the silence indicator
+            sil = ~self.speech[s - self.frame0:]
+            full = np.zeros(0, np.int64)
+            if sil.size >= m:
+                csum = np.concatenate([[0], np.cumsum(sil)])
+                full = np.flatnonzero(csum[m:] - csum[:-m] == m)
+            if full.size and full[0] <= self.max_frames:  # speech [s, s + full[0]) then silence
+                e = s + int(full[0])
+                seg, self.cursor = self._segment(s, e, forced=False, total=total), e
+            elif final:
+                e = s + int(np.flatnonzero(~sil)[-1]) + 1  # after the last speech frame
+                if e - s <= self.max_frames:
+                    seg, self.cursor = self._segment(s, e, forced=False, total=total), total
+                else:
+                    c = self._cut(s)
+                    seg, self.cursor = self._segment(s, c, forced=True, total=total), c
+            elif sil.size >= self.max_frames + m:  # seen enough: no silence run starts within max_segment
+                c = self._cut(s)
+                seg, self.cursor = self._segment(s, c, forced=True, total=total), c
+            else:  # a silence may still come: wait for more audio
+                self.cursor = s
+                break
+            if seg is not None:
+                out.append(seg)
+        self._trim()
+        return out
+
+    def _trim(self) -> None:
+        """Drop frames and samples no future segment can use (`pad` frames of left context are kept)."""
+        keep = max(self.frame0, self.prev_end, self.cursor - self.pad)
+        if keep > self.frame0:
+            self.db = self.db[keep - self.frame0:]
+            self.speech = self.speech[keep - self.frame0:]
+            self.frame0 = keep
+        sample0 = min(keep * FRAME, self.samples)
+        if sample0 > self.audio0:
+            self.audio = self.audio[sample0 - self.audio0:].copy()
+            self.audio0 = sample0
+
+
+def iter_segments(source: AudioSource, max_segment: float = MAX_SEGMENT, **segmenter_options) -> Iterator[Segment]:
+    """Stream `source` and yield its speech segments (see `Segmenter`), in order."""
+    seg = Segmenter(max_segment, **segmenter_options)
+    for block in stream_audio(source):
+        yield from seg.push(block)
+    yield from seg.finish()
+
+
+def pieces(audio: AudioStream, max_segment: float = MAX_SEGMENT) -> Iterator[Segment]:
+    """All of `audio`, from its start, as consecutive segments of `max_segment` seconds (the last one shorter),
+    without looking for speech: what `transcribe` decodes when the detector finds none."""
+    size = max(1, int(round(max_segment * SAMPLE_RATE)))
+    buffer, start = np.zeros(0, np.float32), 0
+    for block in audio.blocks():
+        buffer = np.concatenate([buffer, block])
+        while buffer.size >= size:
+            yield _piece(buffer[:size], start)
+            buffer, start = buffer[size:], start + size
+    if buffer.size:
+        yield _piece(buffer, start)
+
+
+def _piece(audio: np.ndarray, start: int) -> Segment:
+    """The samples `audio`, which start at sample `start` of the file, as a Segment."""
+    return Segment(start=start / SAMPLE_RATE, end=(start + audio.size) / SAMPLE_RATE, audio=audio.copy(),
+                   audio_start=start / SAMPLE_RATE)
