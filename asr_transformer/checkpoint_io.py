@@ -90,16 +90,52 @@ def load_checkpoint(path: str | os.PathLike, format: str = FORMAT, map_location=
     payload, signature = _split_signature(payload)
     if key is not None:
         _verify(path, payload, signature, key, unsigned_ok)
-    try:
-        state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
-    except Exception as e:
-        raise CheckpointError(f"{path}: cannot be read as a checkpoint ({type(e).__name__}: {e})") from None
+    state = _unpickle(path, payload, map_location)
     if not isinstance(state, dict) or state.get("format") != format:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"{path}: expected a {format} file, found {found!r}")
     if state.get("version", 0) > VERSION:
         raise CheckpointError(f"{path}: written by a newer asr-transformer (version {state['version']})")
     return state
+
+
+def _unpickle(path: Path, payload: bytes, map_location="cpu"):
+    try:
+        return torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path}: cannot be read as a checkpoint ({type(e).__name__}: {e})") from None
+
+
+def file_format(path: str | os.PathLike) -> str | None:
+    """The format a checkpoint file of this toolkit holds ("asr-model", "asr-epoch", …); None for any other file
+    (a damaged one included)."""
+    try:
+        payload = Path(path).read_bytes()
+    except OSError:
+        return None
+    footer = payload[-FOOTER_LEN:]
+    if not payload.startswith(b"PK") or not footer.startswith(FOOTER):  # not torch.save's zip with our footer
+        return None
+    try:
+        state = _unpickle(Path(path), _split_signature(payload[:-FOOTER_LEN])[0])
+    except CheckpointError:
+        return None
+    return state.get("format") if isinstance(state, dict) else None
+
+
+def refuse_to_replace(path: str | os.PathLike, format: str, force: bool, what: str) -> None:
+    """CheckpointError when `path` exists and is not a `format` file (`what`, e.g. "a model package"), unless
+    `force`: a command replaces only files of the kind it writes."""
+    path = Path(path)
+    if force or not path.exists():
+        return
+    if path.is_dir():
+        raise CheckpointError(f"{path}: a folder; give a file name for {what}")
+    found = file_format(path)
+    if found != format:
+        kind = f"an {found} file" if found else "not a file of this toolkit"
+        raise CheckpointError(f"{path}: exists and is {kind}, not {what}: give another name, or --force to "
+                              f"replace it")
 
 
 def is_signed(path: str | os.PathLike) -> bool:

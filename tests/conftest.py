@@ -88,3 +88,30 @@ def tiny_package(tmp_path_factory):
         utts.append(Utterance(id=f"u{i}", audio=str(path), duration=secs, text=text))
     write_manifest(root / "test.jsonl", utts)
     return root
+
+
+@pytest.fixture(scope="session")
+def streaming_package(tmp_path_factory):
+    """A random streaming Conformer package (char units, ×4) and 3.0 s of tone 'speech' with pauses."""
+    import torch
+
+    from asr_transformer.config import PRESETS, Config, ModelConfig
+    from asr_transformer.data.tokenizer import train_tokenizer
+    from asr_transformer.model.asr import ASRModel
+    from asr_transformer.package import save_package
+
+    root = tmp_path_factory.mktemp("stream")
+    tok = train_tokenizer(["one two three", "four five six"] * 5, root / "tok", model_type="char")
+    cfg = Config()
+    cfg.model = ModelConfig(input_dim=cfg.features.num_mel_bins, vocab_size=tok.vocab_size, **PRESETS["tiny"],
+                            block="conformer", conv_kernel=5, streaming=True)
+    torch.manual_seed(0)
+    m = ASRModel(cfg.model)
+    save_package(root / "model.pt", cfg, tok, m.state_dict())
+    t = np.arange(16000) / 16000
+    rng = np.random.default_rng(0)
+    tones = [0.3 * np.sin(2 * np.pi * f * t[: int(16000 * d)]) for f, d in ((220, 0.7), (330, 0.5), (500, 0.6))]
+    audio = np.concatenate([tones[0], np.zeros(4000), tones[1], np.zeros(12000), tones[2], np.zeros(3200)])
+    audio = (audio + 0.01 * rng.standard_normal(audio.size)).astype(np.float32)
+    sf.write(root / "a.wav", audio, 16000, subtype="PCM_16")
+    return root, sf.read(root / "a.wav", dtype="float32")[0]

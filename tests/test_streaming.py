@@ -84,33 +84,6 @@ def test_dynamic_chunk_training_draws_chunks():
 
 # ------------------------------------------------------------------------------------- streaming decoding
 
-@pytest.fixture(scope="module")
-def streaming_package(tmp_path_factory):
-    """A random streaming Conformer package (char units, ×4) and 3.2 s of tone 'speech' with a pause."""
-    import numpy as np
-    import soundfile as sf
-
-    from asr_transformer.config import Config
-    from asr_transformer.data.tokenizer import train_tokenizer
-    from asr_transformer.package import save_package
-
-    root = tmp_path_factory.mktemp("stream")
-    tok = train_tokenizer(["one two three", "four five six"] * 5, root / "tok", model_type="char")
-    cfg = Config()
-    cfg.model = ModelConfig(input_dim=cfg.features.num_mel_bins, vocab_size=tok.vocab_size, **PRESETS["tiny"],
-                            block="conformer", conv_kernel=5, streaming=True)
-    torch.manual_seed(0)
-    m = ASRModel(cfg.model)
-    save_package(root / "model.pt", cfg, tok, m.state_dict())
-    t = np.arange(16000) / 16000
-    rng = np.random.default_rng(0)
-    tones = [0.3 * np.sin(2 * np.pi * f * t[: int(16000 * d)]) for f, d in ((220, 0.7), (330, 0.5), (500, 0.6))]
-    audio = np.concatenate([tones[0], np.zeros(4000), tones[1], np.zeros(12000), tones[2], np.zeros(3200)])
-    audio = (audio + 0.01 * rng.standard_normal(audio.size)).astype(np.float32)
-    sf.write(root / "a.wav", audio, 16000, subtype="PCM_16")
-    return root, sf.read(root / "a.wav", dtype="float32")[0]
-
-
 def offline(rec, audio, mode):
     """The best hypothesis of decoding `audio` whole with the recognizer's options (its chunk_ms)."""
     feats = rec.features(audio).unsqueeze(0)
@@ -272,3 +245,35 @@ def test_a_stream_checks_its_samples_as_a_file_is_checked(streaming_package):
     stereo = np.stack([audio, audio], axis=1)  # averaged, as a stereo file is
     mono = StreamingRecognizer(Recognizer(root / "model.pt", device="cpu", threads=1))
     assert [e.tokens for e in stream.feed(stereo) + stream.finish()] == [e.tokens for e in mono.feed(audio) + mono.finish()]
+
+
+def test_a_truncated_wav_stream_is_refused_as_a_truncated_file_is(streaming_package):
+    """`--stream -` with a WAV cut in half on stdin: the finals heard so far are printed, then one error line, and
+    the exit status is 1 (the whole file given as a path is refused too)."""
+    import subprocess
+    import sys
+
+    root, _ = streaming_package
+    data = (root / "a.wav").read_bytes()
+    cmd = [sys.executable, "-m", "asr_transformer", "transcribe", "--stream", "-", "-m", str(root / "model.pt"),
+           "--device", "cpu", "--threads", "1"]
+    whole = subprocess.run(cmd, input=data, capture_output=True)
+    assert whole.returncode == 0, whole.stderr.decode()
+    cut = subprocess.run(cmd, input=data[: len(data) // 2], capture_output=True)
+    errors = cut.stderr.decode().strip().splitlines()
+    assert cut.returncode == 1 and "<stdin>: truncated: the stream ended at 1.50 s, its header says 3.00 s" in errors[0], errors
+    assert any(line.startswith("final") for line in cut.stdout.decode().splitlines())
+
+
+def test_streaming_a_model_trained_on_whole_utterances_says_so(tiny_package):
+    """A Transformer without look-ahead can run in chunks, but it was not trained so: one warning line."""
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+
+    result = CliRunner().invoke(app, ["transcribe", "--stream", str(tiny_package / "u0.wav"), "-m",
+                                      str(tiny_package / "model.pt"), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: this model was trained on whole utterances (model.streaming: false): in chunks it "
+                        "hears less context than it learned with, so it is less accurate than offline decoding"]

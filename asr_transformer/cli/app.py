@@ -4,6 +4,7 @@ several commands take."""
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import NoReturn
 
 import typer
@@ -22,6 +23,7 @@ class OneLineErrors(TyperGroup):
     `error: …`, and a non-zero exit status (2 for options, 1 for files and values); no traceback."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        warnings.showwarning = _show_warning
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = code if isinstance(code, int) else 0
@@ -42,6 +44,18 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code)
+
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """The toolkit's own warnings (a UserWarning of asr_transformer) as one line, `warning: …`; others as Python
+    shows them."""
+    if issubclass(category, UserWarning) and category.__module__.startswith("asr_transformer"):
+        typer.secho(f"warning: {message}", fg="yellow", err=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
 
 
 def print_error(message: str, code: int) -> int:

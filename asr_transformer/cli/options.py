@@ -58,6 +58,9 @@ WORD_LM = typer.Option(None, rich_help_panel=PANEL, help="ARPA word n-gram LM (f
                        "then spells only the LM's words that its lexicon has.")
 NO_LM = typer.Option(False, "--no-lm", rich_help_panel=PANEL, help="Decode without the LMs the package holds.")
 
+UNSIGNED = ("none: whoever edits this file can recompute its checksum, so it loads; to load only packages you trust, "
+            "sign them (asr package --sign) and set ASR_PACKAGE_KEY")
+
 
 def flag(name: str) -> str:
     """A DecodeConfig field's option: ctc_window → --ctc-window."""
@@ -161,14 +164,42 @@ def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optio
         fail("--no-lm and --lm/--word-lm: choose one")
     check_device(device, precision)
     try:
-        return Recognizer(model, device=device, precision=precision, threads=threads,
-                          lm=False if no_lm else lm, word_lm=False if no_lm else word_lm, **decoding)
+        loaded = Recognizer(model, device=device, precision=precision, threads=threads,
+                            lm=False if no_lm else lm, word_lm=False if no_lm else word_lm, **decoding)
+        _notice_unsigned(model)
+        return loaded
     except (DecodeError, CheckpointError, ConfigError) as e:
         fail(str(e))
     except OSError as e:
         fail(f"{model}: {e.strerror or e}")
     except (RuntimeError, ValueError, KeyError) as e:  # a package this toolkit cannot run: say so, no traceback
         fail(f"{model}: cannot load the model package ({e})")
+
+
+def _notice_unsigned(model: Path) -> None:
+    """The first time a terminal user loads an unsigned package (without ASR_PACKAGE_KEY), one line says what that
+    means; a marker named by its checksum under ~/.cache/asr-transformer keeps it from saying it again."""
+    import hashlib
+    import os
+    import sys
+
+    from asr_transformer.checkpoint_io import is_signed
+    from asr_transformer.package import package_key
+
+    if package_key() is not None or not sys.stderr.isatty() or is_signed(model):
+        return
+    with open(model, "rb") as f:  # the checksum footer's last bytes name this content
+        f.seek(max(0, os.fstat(f.fileno()).st_size - 65))
+        digest = hashlib.sha256(f.read()).hexdigest()[:32]
+    seen = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "asr-transformer" / "unsigned-seen"
+    if (seen / digest).exists():
+        return
+    typer.secho(f"note: {model}: signature {UNSIGNED}", fg="yellow", err=True)
+    try:
+        seen.mkdir(parents=True, exist_ok=True)
+        (seen / digest).touch()
+    except OSError:
+        pass
 
 
 def check_device(device: str, precision: str) -> None:

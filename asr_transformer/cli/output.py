@@ -65,10 +65,23 @@ def _clock(seconds: float) -> str:
 
 
 
-def write_transcript(result: dict, label: str, basename: str, basenames: dict, output_dir: Optional[Path],
-                      output_format: str, several: bool) -> bool:
+def output_names(audio: list[str]) -> list[str]:
+    """The basename of each input's output files: its stem (speech.wav → speech), stdin's "stdin"; inputs that
+    share a stem keep their extension (speech.wav, speech.flac), and a counter follows where even that is
+    shared (a/speech.wav, b/speech.wav → speech.wav, speech.wav-2): no output is written over another."""
+    stems = ["stdin" if item == "-" else Path(item).stem or Path(item).name for item in audio]
+    names, taken = [], {}
+    for item, stem in zip(audio, stems):
+        name = stem if stems.count(stem) == 1 else Path(item).name
+        taken[name] = taken.get(name, 0) + 1
+        names.append(name if taken[name] == 1 else f"{name}-{taken[name]}")
+    return names
+
+
+def write_transcript(result: dict, label: str, basename: str, output_dir: Optional[Path], output_format: str,
+                     several: bool) -> bool:
     """A result to stdout (no --out: txt as text, `<label>\t<text>` with several inputs; another format whole), or
-    to files in `output_dir`. → False after an `error:` line when they cannot be written."""
+    to files `basename`.<ext> in `output_dir`. → False after an `error:` line when they cannot be written."""
     from asr_transformer.inference.writers import format_result, write_result
 
     if output_dir is None:
@@ -77,10 +90,6 @@ def write_transcript(result: dict, label: str, basename: str, basenames: dict, o
         else:
             typer.echo(format_result(result, output_format), nl=False)
         return True
-    if basename in basenames:
-        typer.secho(f"warning: {label} and {basenames[basename]} share the name '{basename}': "
-                    f"the later output replaces the earlier", fg="yellow", err=True)
-    basenames[basename] = label
     try:
         paths = write_result(result, output_dir, basename, output_format)
     except OSError as e:

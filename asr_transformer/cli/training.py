@@ -112,13 +112,17 @@ def average(
     best: int = typer.Option(5, help="Average the N best checkpoints by --by."),
     by: str = typer.Option("valid_loss", help="valid_loss, valid_cer, valid_wer or valid_acc (as logged)."),
     last: int = typer.Option(0, help="Average the N last epochs instead (0: use --best)."),
+    force: bool = typer.Option(False, "--force", help="Replace --out even when it is not a model package."),
 ):
-    """Average checkpoints into one model package (config, tokenizer, CMVN, weights)."""
+    """Average checkpoints into one model package (config, tokenizer, CMVN, weights). --out may replace a model
+    package, never another file (a training checkpoint, say) without --force."""
+    from asr_transformer.checkpoint_io import refuse_to_replace
     from asr_transformer.config import BEST_METRICS
-    from asr_transformer.package import average_checkpoints
+    from asr_transformer.package import FORMAT, average_checkpoints
 
     if by not in BEST_METRICS:
         fail(f"--by {by}: choose {', '.join(BEST_METRICS)}")
+    refuse_to_replace(out, FORMAT, force, "a model package")
     used = average_checkpoints(exp, out, best=best, by=by, last=last)
     typer.echo(f"{out}: averaged {len(used)} checkpoints: {', '.join(p.name for p in used)}")
 

@@ -10,7 +10,7 @@ import typer
 
 from asr_transformer.cli.app import DEVICE, PRECISION, THREADS, app, fail
 from asr_transformer.cli.options import LM, NO_LM, WORD_LM, decoding_options, recognizer
-from asr_transformer.cli.output import StreamPrinter, TranscriptionProgress, write_transcript
+from asr_transformer.cli.output import StreamPrinter, TranscriptionProgress, output_names, write_transcript
 
 @app.command()
 @decoding_options(skip=("nbest",))  # a transcript is the best hypothesis of each segment
@@ -20,7 +20,8 @@ def transcribe(
                                "onnxruntime, no PyTorch."),
     output_dir: Optional[Path] = typer.Option(None, "--out", "-o", "--output-dir",
                                               help="Write <basename>.<ext> into this folder (--output-dir: "
-                                                   "whisper's name)."),
+                                                   "whisper's name); inputs that share a basename keep their "
+                                                   "extension in it (a.wav.json, a.flac.json)."),
     output_format: str = typer.Option("txt", "--output-format", "-f", help="txt, json, srt, vtt, tsv or all."),
     lm: Optional[Path] = LM,
     word_lm: Optional[Path] = WORD_LM,
@@ -67,11 +68,11 @@ def transcribe(
     if same_speaker:
         from asr_transformer.data.features import CMVNAccumulator
         speaker = CMVNAccumulator(rec.config.features.num_mel_bins)
-    failed, basenames = 0, {}  # basenames: output basename → the input that took it
-    for item in audio:
-        source, label, basename = _transcribe_input(item)
+    failed = 0
+    for item, basename in zip(audio, output_names(audio)):
+        source, label = _transcribe_input(item)
         result = _transcribe_one(rec, source, label, max_segment, speaker, word_timestamps)
-        if result is None or not write_transcript(result, label, basename, basenames, output_dir, output_format,
+        if result is None or not write_transcript(result, label, basename, output_dir, output_format,
                                                   several=len(audio) > 1):
             failed += 1
     if failed:
@@ -90,10 +91,10 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
 
     if not hasattr(rec, "model"):
         fail("--stream needs a model package (an ONNX export cannot stream)")
-    failed, basenames = 0, {}
-    for item in audio:
+    failed = 0
+    for item, basename in zip(audio, output_names(audio)):
         source = PipeSource(getattr(sys.stdin, "buffer", sys.stdin), raw_rate) if item == "-" else item
-        label, basename = ("stdin", "stdin") if item == "-" else (item, Path(item).stem or Path(item).name)
+        label = "stdin" if item == "-" else item
         printer, segments = StreamPrinter(label if len(audio) > 1 else None), []
         try:
             for event in stream_file(rec, source, chunk_ms, realtime=realtime, final=final):
@@ -112,7 +113,7 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
             printer.close()
         result = {"text": " ".join(s["text"] for s in segments), "segments": segments,
                   "duration": printer.end}
-        if output_dir is not None and not write_transcript(result, label, basename, basenames, output_dir,
+        if output_dir is not None and not write_transcript(result, label, basename, output_dir,
                                                             output_format, several=len(audio) > 1):
             failed += 1
     if failed:
@@ -123,7 +124,7 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
 def _check_transcribe_options(audio: List[str], output_dir: Optional[Path], output_format: str,
                               max_segment: float) -> None:
     """The options of `asr transcribe` that go together, checked before the model loads."""
-    from asr_transformer.inference.writers import FORMATS
+    from asr_transformer.inference.writers import FORMATS, check_writable
 
     if output_format != "all" and output_format not in FORMATS:
         fail(f"--output-format {output_format}: choose from {', '.join(FORMATS)} or all")
@@ -135,15 +136,16 @@ def _check_transcribe_options(audio: List[str], output_dir: Optional[Path], outp
         fail("stdin (-) can be read only once")
     if not max_segment >= 0.5:
         fail(f"--max-segment {max_segment}: must be at least 0.5 seconds")
+    if output_dir is not None:
+        check_writable(output_dir)  # before any audio is decoded
 
 
 def _transcribe_input(item: str) -> tuple:
-    """An AUDIO argument → (what to transcribe: a path or stdin's bytes, its label in messages, the basename of
-    its output files)."""
+    """An AUDIO argument → (what to transcribe: a path or stdin's bytes, its label in messages)."""
     if item == "-":
         stdin = getattr(sys.stdin, "buffer", sys.stdin)
-        return stdin.read(), "stdin", "stdin"
-    return item, item, Path(item).stem or Path(item).name
+        return stdin.read(), "stdin"
+    return item, item
 
 
 def _transcribe_one(rec, source, label: str, max_segment: float, speaker, word_timestamps: bool) -> Optional[dict]:

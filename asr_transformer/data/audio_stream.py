@@ -19,10 +19,13 @@ from typing import BinaryIO, Iterator, Union
 import numpy as np
 import soundfile as sf
 
-from asr_transformer.data.audio import (SAMPLE_RATE, AudioError, block_reach, check_complete, check_range,
-                                        checked_samples, resample, sinc_taps)
+from asr_transformer.data.audio import (SAMPLE_RATE, TRUNCATION_SLACK, AudioError, block_reach, check_complete,
+                                        check_range, checked_samples, resample, sinc_taps)
 
 BLOCK_SECONDS = 5.0  # audio read (and resampled) at once
+SAMPLE_BYTES = {"PCM_U8": 1, "PCM_S8": 1, "ULAW": 1, "ALAW": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4,
+                "DOUBLE": 8}
+UNKNOWN_LENGTH_BYTES = 0x7F000000  # a streamed WAV header this long (or longer) was written before its length was known
 
 
 @dataclass
@@ -57,7 +60,7 @@ class AudioStream:
 
     def __init__(self, source: AudioSource, block_seconds: float = BLOCK_SECONDS):
         self.source, self.name, self.block_seconds = source, source_name(source), block_seconds
-        self.file, self._handle = None, None
+        self.file, self._handle, self.frames_read = None, None, 0
         if isinstance(source, np.ndarray):
             self.samples = checked_samples(source, self.name)  # float, channels averaged, finite, in range
             self.duration = len(self.samples) / SAMPLE_RATE
@@ -106,8 +109,12 @@ class AudioStream:
             for i in range(0, len(self.samples), n):
                 yield self.samples[i:i + n]
             return
-        if self.file.seekable():
-            self.file.seek(0)
+        if self.frames_read and self.file.seekable():  # read again: from the start (a first read never seeks,
+            try:                                         # which would let a FLAC decoder skip past damage)
+                self.file.seek(0)
+            except Exception as e:  # a damaged file's decoder may fail on the way back
+                raise AudioError(self.name, "unreadable", f"cannot decode audio ({e})") from None
+        self.frames_read = 0
         rate = self.file.samplerate
         if rate == SAMPLE_RATE:
             block = self._read(int(self.block_seconds * rate))
@@ -116,6 +123,7 @@ class AudioStream:
             while block.size:
                 yield block
                 block = self._read(int(self.block_seconds * rate))
+            self._check_whole()
             return
         g = math.gcd(rate, SAMPLE_RATE)
         up, down = SAMPLE_RATE // g, rate // g
@@ -135,17 +143,36 @@ class AudioStream:
             yield np.ascontiguousarray(out[start:start + math.ceil(cur.size * up / down)], dtype=np.float32)
             left = np.concatenate([left, cur])[-ctx:]
             cur = nxt
+        self._check_whole()
 
     def _read(self, frames: int) -> np.ndarray:
         try:
             data = self.file.read(frames=frames, dtype="float32", always_2d=True)
         except Exception as e:
             raise AudioError(self.name, "unreadable", f"cannot decode audio ({e})") from None
+        self.frames_read += data.shape[0]
         mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
         if not np.isfinite(mono).all():
             raise AudioError(self.name, "nonfinite", "audio contains NaN or infinite samples")
         check_range(mono, self.name)
         return np.ascontiguousarray(mono, dtype=np.float32)
+
+    def _check_whole(self) -> None:
+        """At the end: AudioError (truncated) when the audio ended well before its header said, as
+        data/audio.py: load_audio refuses it. An MP3's length is an estimate; a pipe's WAV header promises a length
+        only when it was written knowing it (not a recorder's placeholder of 2 GB or more)."""
+        f, pipe = self.file, isinstance(self.source, PipeSource)
+        if pipe:
+            if self.source.raw_rate or f.format not in ("WAV", "WAVEX"):
+                return
+            if not 0 < f.frames * f.channels * SAMPLE_BYTES.get(f.subtype, 2) < UNKNOWN_LENGTH_BYTES:
+                return
+        elif f.format == "MP3" or f.frames <= 0:
+            return
+        if f.frames - self.frames_read > TRUNCATION_SLACK * f.samplerate:
+            said, held = f.frames / f.samplerate, self.frames_read / f.samplerate
+            raise AudioError(self.name, "truncated", f"truncated: the stream ended at {held:.2f} s, its header says "
+                             f"{said:.2f} s" if pipe else f"truncated: header says {said:.2f} s, file holds {held:.2f} s")
 
     def close(self) -> None:
         if self.file is not None:

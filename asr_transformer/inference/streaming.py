@@ -24,6 +24,7 @@ offline decoding in the `final` mode with the same `chunk_ms` (tests/test_stream
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +39,10 @@ from asr_transformer.frames import chunk_frames
 from asr_transformer.tokens import BLANK
 
 DEFAULT_CHUNK_MS = 640
+
+
+class StreamingWarning(UserWarning):
+    """A model streamed that was not trained for it."""
 
 
 @dataclass
@@ -92,6 +97,10 @@ class StreamingRecognizer:
         if cfg.model.utterance_cmn or cfg.model.speaker_cmn or cfg.features.kind != "fbank":
             raise DecodeError("this model normalizes by each utterance's mean (or uses Whisper's features), so it "
                               "cannot stream")
+        if not cfg.model.streaming:
+            warnings.warn(StreamingWarning("this model was trained on whole utterances (model.streaming: false): in "
+                                           "chunks it hears less context than it learned with, so it is less accurate "
+                                           "than offline decoding"), stacklevel=2)
         opts = recognizer.options
         chunk_ms = chunk_ms if chunk_ms is not None else (opts.chunk_ms or DEFAULT_CHUNK_MS)
         self.recognizer, self.model, self.features = recognizer, model, cfg.features
@@ -130,8 +139,7 @@ class StreamingRecognizer:
         """The next 16 kHz float samples (any number; (n,) or (n, channels), checked as a file's are:
         `checked_samples`) → the events they complete (partials, finals)."""
         arrived = time.perf_counter()
-        samples = np.asarray(samples)
-        if samples.size:
+        if not (isinstance(samples, np.ndarray) and samples.size == 0):  # an empty block: nothing arrived yet
             self._samples = np.concatenate([self._samples, checked_samples(samples, "stream")])
         n = num_frames(len(self._samples), self.features)
         if n:
@@ -249,13 +257,19 @@ def stream_file(recognizer, source, chunk_ms: float | None = None, realtime: boo
     """Stream an audio source (a path, bytes, an array or a `data.audio_stream.PipeSource`) through a
     `StreamingRecognizer` in blocks of `block_seconds` → yields its events. `realtime`: feed no faster than the
     audio plays (a file as a microphone would give it). options: `StreamingRecognizer`'s."""
+    from asr_transformer.data.audio import AudioError
     from asr_transformer.data.audio_stream import stream_audio
 
     stream = StreamingRecognizer(recognizer, chunk_ms, **options)
     t0, fed = time.perf_counter(), 0
-    for block in stream_audio(source, block_seconds):
-        if realtime:
-            time.sleep(max(0.0, t0 + (fed + len(block)) / 16000 - time.perf_counter()))
-        fed += len(block)
-        yield from stream.feed(block)
+    try:
+        for block in stream_audio(source, block_seconds):
+            if realtime:
+                time.sleep(max(0.0, t0 + (fed + len(block)) / 16000 - time.perf_counter()))
+            fed += len(block)
+            yield from stream.feed(block)
+    except AudioError as e:
+        if e.kind == "truncated":  # what was heard is final, then the stream is refused
+            yield from stream.finish()
+        raise
     yield from stream.finish()

@@ -12,6 +12,7 @@ Transcripts are kept as the corpus writes them; the tokenizer normalizes text.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tarfile
@@ -201,6 +202,25 @@ def sentence_key(utterance: Utterance) -> str:
 
 
 # --- writing ----------------------------------------------------------------------------------
+
+
+SPLIT_FILES = ("train.jsonl", "dev.jsonl", "test.jsonl")
+
+
+def refuse_foreign_manifests(out_dir: str | os.PathLike, force: bool = False) -> None:
+    """CorpusError when `out_dir` holds split manifests that no `asr prepare` wrote (no summary.json of its
+    format beside them), unless `force`: preparing never replaces a user's own manifests."""
+    out_dir = Path(out_dir)
+    present = [name for name in SPLIT_FILES if (out_dir / name).exists()]
+    if force or not present:
+        return
+    try:
+        ours = json.loads((out_dir / "summary.json").read_text(encoding="utf-8")).get("format") == "asr-corpus-summary"
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise CorpusError(f"{out_dir}: holds {', '.join(present)} that asr prepare did not write (no summary.json of "
+                          "its own): give another --out, or --force to replace them")
 
 
 def write_splits(
