@@ -193,6 +193,10 @@ class DecodeConfig:
     hotwords: list = field(default_factory=list)
     hotword_score: float = 2.0
     numbers: str = ""  # how the text writes numbers: "" as the model wrote them, digits (15) or words (fifteen)
+    # Whisper packages: the language to transcribe ("" the package's; an English-only model takes only en), and
+    # text the decoder reads as what came before (names, spellings, style), as whisper's --initial_prompt
+    language: str = ""
+    initial_prompt: str = ""
 
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")

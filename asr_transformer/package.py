@@ -55,10 +55,24 @@ def save_package(path: str | os.PathLike, cfg: Config, tokenizer: Tokenizer, wei
         "config": to_dict(cfg),
         "tokenizer_model": torch.frombuffer(bytearray(tokenizer.model_bytes), dtype=torch.uint8),
         "tokenizer_meta": tokenizer.meta(),
-        "weights": weights,
+        "weights": tied(weights, cfg),
         "info": info or {},
         "lms": lms or {},
     }, format=FORMAT, key=package_key())
+
+
+TIED = ("decoder.embed.weight", "decoder.output.weight")  # one matrix with model.tie_embeddings
+
+
+def tied(weights: dict, cfg: Config) -> dict:
+    """`weights` with a tied output projection as the very tensor of the embedding, so that it is stored once
+    (an averaged or merged state dict holds two equal copies: Whisper tiny's 80 MB twice)."""
+    embed, output = TIED
+    if not cfg.model.tie_embeddings or embed not in weights or output not in weights:
+        return weights
+    if weights[output] is weights[embed] or not torch.equal(weights[output], weights[embed]):
+        return weights
+    return {**weights, output: weights[embed]}
 
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -164,13 +178,15 @@ def check_precision(precision: str, device: str | torch.device) -> str:
 
 
 def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict | None = None,
-                 lms: dict | None = None, results: dict | None = None, sign: bool = False) -> None:
+                 lms: dict | None = None, results: dict | None = None, sign: bool = False,
+                 fp16_weights: bool = False) -> None:
     """Copy the package `path` to `out` (may be the same file) with new decoding defaults, LMs and results.
 
     options: DecodeConfig fields to change. lms: {"lm" | "word_lm": an ARPA file to store, or None to remove
     it}; kinds not named are kept. results: {name (e.g. "dev", "test"): a decode result folder holding
     `result.json` (`asr score`) and `rtf.json` (`asr decode`)}, recorded as validated results. sign: accept `path`
-    unsigned (its owner vouches for it) and write `out` signed; needs $ASR_PACKAGE_KEY.
+    unsigned (its owner vouches for it) and write `out` signed; needs $ASR_PACKAGE_KEY. fp16_weights: store the
+    floating-point weights as float16 (half the size, loaded back as float32; each weight rounded to 11 bits).
     """
     from asr_transformer.decode.ngram import pack_arpa
     from asr_transformer.decode.ngram_binary import cache_lm, convert_arpa
@@ -190,6 +206,10 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
     stored = dict(state.get("lms") or {})
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     context_graph(tokenizer, cfg.decode.hotwords, cfg.decode.hotword_score)  # every phrase spelled (HotwordError)
+    if cfg.decode.language or cfg.decode.initial_prompt:  # what the decoder reads first: Whisper's alone
+        if not hasattr(tokenizer, "start_ids"):
+            raise ValueError("language and initial_prompt: only Whisper packages take them")
+        tokenizer.start_ids(cfg.decode.language, cfg.decode.initial_prompt, cfg.model.max_target_positions)
     for kind, arpa in (lms or {}).items():
         if kind not in LM_KINDS:
             raise ValueError(f"unknown LM kind '{kind}' (known: {', '.join(LM_KINDS)})")
@@ -215,7 +235,10 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
                            "mode": rtf.get("mode"), "options": rtf.get("options"), "lm": rtf.get("lm"),
                            "word_lm": rtf.get("word_lm"), "rtf": rtf.get("rtf"), "threads": rtf.get("threads")}
     info["results"] = validated
-    save_package(out, cfg, tokenizer, state["weights"], info, stored)
+    weights = state["weights"]
+    if fp16_weights:
+        weights = {k: v.half() if v.is_floating_point() else v for k, v in weights.items()}
+    save_package(out, cfg, tokenizer, weights, info, stored)
 
 
 def _epoch_checkpoints(exp: Path) -> list[Path]:

@@ -320,6 +320,7 @@ def _count_blocks(weights: dict, side: str) -> int:
 # ---------------------------------------------------------------- Whisper's weights → the toolkit's model
 
 # characters and sequences that Whisper's decoding never emits by default (its "non-speech" tokens)
+WHISPER_BATCH = 2  # 30-s windows an imported package decodes at once (decode.batch_size)
 NON_SPEECH = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』') + [
     "<<", ">>", "<<<", ">>>", "--", "---", "-(", "-[", "('", '("', "((", "))", "(((", ")))", "[[", "]]", "{{",
     "}}", "♪♪", "♪♪♪"] + list("♩♪♫♬♭♮♯")
@@ -365,7 +366,8 @@ def package_config(dims: WhisperDims, tokenizer: WhisperTokenizer, pad_to_second
     m.dropout, m.attention_dropout = 0.0, 0.0
     for key, value in tokenizer.model_options().items():
         setattr(m, key, value)
-    cfg.decode = DecodeConfig(mode="beam", beam=5, ctc_weight=0.0)
+    # two 30-s windows decoded at once: about the model and 150 MB on any length (16 took 3.3 GB on a 333-s file)
+    cfg.decode = DecodeConfig(mode="beam", beam=5, ctc_weight=0.0, batch_size=WHISPER_BATCH)
     return cfg
 
 

@@ -408,7 +408,25 @@ def benchmarks_section(bench: Path) -> str:
     lines += hotwords_table([_load(path) for path in sorted(bench.glob("hotwords_*.json"))])
     lines += gpu_table(_load(bench / "gpu_check.json"))
     lines += serve_table(_load(bench / "serve.json"))
+    lines += whisper_memory_table(_load(bench / "whisper_memory.json"))
     return "\n".join(lines) + "\n"
+
+
+def whisper_memory_table(run: dict | None) -> list[str]:
+    """Peak memory and time of `asr transcribe` with a Whisper package, by input length and batch size, and the
+    sizes of the files a Whisper user keeps (`python bench/whisper_memory.py`, bench/whisper_memory.json)."""
+    if not run:
+        return []
+    lines = ["", "### Whisper: memory and file sizes", "",
+             f"`{run['command']}`: `asr transcribe` of other speakers' English in a fresh process each (peak "
+             f"resident memory); {short_cpu_name(run['cpu'])}, {run['threads']} threads. Batch: 30-s windows decoded "
+             "at once (`asr import whisper` now sets 2; it was 16).", "",
+             "| input | batch | peak memory MB | seconds |", "|---|---|---|---|"]
+    for row in run["runs"]:
+        lines.append(f"| {row['input_seconds']} s | {row['batch_size']} | {row['peak_mb']:,} | {row['wall_seconds']:.1f} |")
+    lines += ["", "| file | MB |", "|---|---|"]
+    lines += [f"| `{name}` | {size:,.1f} |" for name, size in run["sizes_mb"].items()]
+    return lines
 
 
 def serve_table(run: dict | None) -> list[str]:

@@ -80,7 +80,7 @@ def test_a_package_stores_every_field(tiny_package, tmp_path):
                   maskctc_threshold=0.9, lm_weight=0.2, word_lm_weight=0.1, nbest=2, batch_size=4, ctc_window=12.0,
                   beam_threshold=8.0, end_detect=5.0, split_seconds=6.0, chunk_ms=0, left_chunks=2,
                   hotword_score=1.5, numbers="words")
-    assert set(values) | {"hotwords"} == {f.name for f in fields(DecodeConfig)}
+    assert set(values) | {"hotwords", "language", "initial_prompt"} == {f.name for f in fields(DecodeConfig)}
     args = ["package", str(tiny_package / "model.pt"), "-o", str(tmp_path / "p.pt"), "--hotword", "one two"]
     for name, value in values.items():
         args += ["--" + name.replace("_", "-"), str(value)]
@@ -89,3 +89,11 @@ def test_a_package_stores_every_field(tiny_package, tmp_path):
     stored = from_dict(read_package(tmp_path / "p.pt")["config"]).decode
     assert {name: getattr(stored, name) for name in values} == values
     assert stored.hotwords == ["one two"]
+
+
+def test_a_package_refuses_a_prompt_its_model_cannot_read(tiny_package, tmp_path):
+    for option in (["--initial-prompt", "one two"], ["--language", "de"]):
+        result = CliRunner().invoke(app, ["package", str(tiny_package / "model.pt"), "-o", str(tmp_path / "p.pt"),
+                                          *option], prog_name="asr")
+        assert result.exit_code == 1 and "only Whisper packages take them" in result.output, result.output
+        assert not (tmp_path / "p.pt").exists()

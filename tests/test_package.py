@@ -296,3 +296,50 @@ def test_every_kind_of_package_decodes_with_its_own_defaults(tiny_package, tmp_p
     with pytest.raises(ValueError, match="mode joint needs a CTC head"):
         set_decoding(tmp_path / "no_ctc.pt", tmp_path / "out.pt", {"mode": "joint"})
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_a_tied_embedding_is_stored_once(tmp_path):
+    """An averaged state dict holds the tied output projection as a second, equal tensor: the package stores one
+    (Whisper tiny's 80-MB matrix was written twice), and loads with the tie in place."""
+    import torch
+
+    from asr_transformer.config import PRESETS, Config, ModelConfig
+    from asr_transformer.data.tokenizer import train_tokenizer
+    from asr_transformer.model.asr import ASRModel
+    from asr_transformer.package import load_package, save_package
+
+    tok = train_tokenizer(["one two three", "four five"] * 5, tmp_path / "tok", model_type="char")
+    cfg = Config()
+    cfg.model = ModelConfig(input_dim=80, vocab_size=tok.vocab_size, **{**PRESETS["tiny"], "d_model": 256,
+                                                                          "ffn_dim": 32}, tie_embeddings=True)
+    cfg.model.vocab_size = 2000  # a large embedding, so that a copy shows in the size
+    weights = ASRModel(cfg.model).state_dict()
+    copied = {k: v.clone() for k, v in weights.items()}  # as averaging gives them: equal, not shared
+    save_package(tmp_path / "shared.pt", cfg, tok, weights)
+    save_package(tmp_path / "copied.pt", cfg, tok, copied)
+    embedding_bytes = 2000 * 256 * 4
+    sizes = [(tmp_path / name).stat().st_size for name in ("shared.pt", "copied.pt")]
+    assert abs(sizes[1] - sizes[0]) < embedding_bytes // 10, sizes
+    model, _, _ = load_package(tmp_path / "copied.pt")
+    assert model.decoder.output.weight is model.decoder.embed.weight
+    torch.testing.assert_close(model.decoder.embed.weight, weights["decoder.embed.weight"])
+
+
+def test_fp16_weights_halve_a_package_and_load_as_float32(tiny_package, tmp_path):
+    import torch
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+    from asr_transformer.package import load_package
+
+    result = CliRunner().invoke(app, ["package", str(tiny_package / "model.pt"), "-o", str(tmp_path / "half.pt"),
+                                      "--fp16-weights"])
+    assert result.exit_code == 0, result.output
+    full, half = (tiny_package / "model.pt").stat().st_size, (tmp_path / "half.pt").stat().st_size
+    original, _, _ = load_package(tiny_package / "model.pt")
+    float_bytes = sum(t.numel() * 4 for t in original.state_dict().values() if t.is_floating_point())
+    assert full - half > 0.45 * float_bytes, (full, half, float_bytes)  # each float weight: 2 bytes, was 4
+    model, _, _ = load_package(tmp_path / "half.pt")
+    for (name, a), b in zip(original.state_dict().items(), model.state_dict().values()):
+        assert b.dtype == a.dtype, name
+        torch.testing.assert_close(b, a.half().to(a.dtype) if a.is_floating_point() else a)

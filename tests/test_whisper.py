@@ -307,3 +307,33 @@ def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference
     result = rec.transcribe(str(tmp_path / "a.wav"))
     assert len(result["segments"]) == 1 and result["segments"][0]["end"] > 7.0
     assert result["text"] == rec.recognize_arrays([wave])[0] != ""
+
+
+def test_an_initial_prompt_is_read_as_whisper_reads_it(reference, tmp_path, tiny_package):
+    """--initial-prompt: the decoder reads <|startofprev|> and the prompt's tokens before its start sequence,
+    giving the reference Whisper's logits for that input; its position table then holds fewer output tokens. A
+    language is checked against the model, and a package that is not Whisper refuses both in one line."""
+    from asr_transformer.decode.search import DecodeError
+    from asr_transformer.inference.recognizer import Recognizer
+
+    ref, tokenizer_path, special, _ = reference
+    package = tmp_path / "model.pt"
+    import_whisper(_write("openai", reference), package, tokenizer_json=tokenizer_path, pad_to_seconds=0)
+    plain = Recognizer(package, device="cpu", threads=1)
+    rec = Recognizer(package, device="cpu", threads=1, initial_prompt="Hello world", language="en")
+    prompt = [special["<|startofprev|>"]] + [i - NUM_SPECIAL for i in rec.tokenizer.encode("Hello world")]
+    assert len(prompt) > 2
+    assert rec.model.decoder.max_tokens == plain.model.decoder.max_tokens - len(prompt)
+    mel = torch.randn(1, 80, 57, generator=torch.Generator().manual_seed(4))
+    text = torch.tensor([[17, 40, 99]])
+    with torch.no_grad():
+        start = [special["<|startoftranscript|>"], special["<|notimestamps|>"]]
+        expected = ref.decode(torch.cat([torch.tensor([prompt + start]), text], 1), ref.encode(mel))[:, len(prompt) + 1:]
+        enc, _ = rec.model.encoder(mel.transpose(1, 2), torch.tensor([57]))
+        ours = rec.model.decoder(enc, torch.ones(1, enc.size(1), dtype=torch.bool),
+                                 torch.cat([torch.full((1, 1), SOS), text + NUM_SPECIAL], 1), torch.tensor([4]))
+    assert torch.allclose(ours[..., NUM_SPECIAL:], expected, atol=1e-4)
+    with pytest.raises(DecodeError, match="language de: this Whisper model is English-only"):
+        Recognizer(package, device="cpu", threads=1, language="de")
+    with pytest.raises(DecodeError, match="only Whisper packages take them"):
+        Recognizer(tiny_package / "model.pt", device="cpu", threads=1, initial_prompt="one two")

@@ -60,6 +60,8 @@ def package_(
     sign: bool = typer.Option(False, "--sign", help="Sign OUT with the key in ASR_PACKAGE_KEY, accepting MODEL "
                               "unsigned: for a package you trust (with the key set, only signed packages load)."),
     force: bool = typer.Option(False, "--force", help="Replace --out even when it is not a model package."),
+    fp16_weights: bool = typer.Option(False, "--fp16-weights", help="Store the weights in float16: half the size "
+                                      "(Whisper's own precision), loaded back as float32."),
     **decoding,
 ):
     """Make a model package a complete recognizer: its decoding defaults (chosen on dev; every decoding option
@@ -80,7 +82,7 @@ def package_(
             fail(f"--result {item}: expected NAME=DIR, e.g. test=exp/decode_test")
         results[name] = Path(folder)
     try:
-        set_decoding(model, out, decoding, lms, results, sign=sign)
+        set_decoding(model, out, decoding, lms, results, sign=sign, fp16_weights=fp16_weights)
     except (DecodeError, CheckpointError, ValueError) as e:
         fail(str(e))
     except OSError as e:

@@ -46,6 +46,8 @@ HELP = {
                 "rescore take them.",
     "hotword_score": "Bonus per token of a listed phrase whose line gives none (log-probability).",
     "numbers": "How the text writes numbers: digits (15), words (fifteen) or '' (as the model wrote them).",
+    "language": "Whisper packages: the language spoken, e.g. de ('' the package's; English-only models take en).",
+    "initial_prompt": "Whisper packages: text the decoder reads as what came before (names, spellings, style).",
 }
 HOTWORD = typer.Option([], "--hotword", metavar="<str>", rich_help_panel=PANEL,
                        help="A phrase to favour, PHRASE or PHRASE:SCORE; repeatable, added to --hotwords' list.")

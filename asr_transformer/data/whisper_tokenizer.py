@@ -96,6 +96,26 @@ class WhisperTokenizer:
     def vocab_size(self) -> int:
         return self.model_vocab + NUM_SPECIAL
 
+    def start_ids(self, language: str = "", previous: str = "", room: int = 448) -> list[int]:
+        """The toolkit ids the decoder reads before BEGIN: this tokenizer's prompt (<|startoftranscript|>
+        [<|lang|> <|transcribe|>]) with `language`'s token in place of the package's (a multilingual model; an
+        English-only one takes only "en"), after <|startofprev|> and the last room // 2 − 1 tokens of `previous`
+        text (whisper's initial prompt). WhisperTokenizerError for a language the model cannot take."""
+        prompt = list(self.prompt)
+        if language:
+            multilingual = len(prompt) > 1
+            token = self.whisper_id(f"<|{language}|>")
+            if not multilingual and language != "en":
+                raise WhisperTokenizerError(f"language {language}: this Whisper model is English-only (*.en)")
+            if multilingual and token is None:
+                raise WhisperTokenizerError(f"language {language}: Whisper has no <|{language}|> token")
+            if multilingual:
+                prompt[1] = token + NUM_SPECIAL
+        if previous.strip():
+            prompt = ([self._special("<|startofprev|>") + NUM_SPECIAL] + self.encode(previous)[-(room // 2 - 1):]
+                      + prompt)
+        return prompt
+
     def normalize(self, text: str) -> str:
         return normalize(text, self.normalizer)
 

@@ -218,6 +218,9 @@ class ExportedRecognizer:
         known = {f.name for f in fields(DecodeConfig)}
         if set(options) - known:
             raise ExportError(f"unknown decoding option(s) {', '.join(sorted(set(options) - known))}")
+        if options.get("language") or options.get("initial_prompt"):
+            raise ExportError("language and initial_prompt: an export reads the prompt it was exported with; use the "
+                              "model package")
         if options.get("hotwords"):
             raise ExportError("hotwords: an export decodes without them (onnxruntime's search has no context graph); "
                               "use the model package")

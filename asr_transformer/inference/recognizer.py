@@ -87,6 +87,21 @@ class Recognizer:
         if self.options.mode in LM_MODES:
             self._fused()
         self.context = self._context()
+        if self.options.language or self.options.initial_prompt:
+            self._set_start()
+
+    def _set_start(self) -> None:
+        """The options' language and initial prompt, as the ids a Whisper decoder reads before BEGIN; DecodeError
+        for a package that reads none (its language is the one it was trained on) or a language it cannot take."""
+        if not hasattr(self.tokenizer, "start_ids"):
+            raise DecodeError("language and initial_prompt: only Whisper packages take them (this model transcribes "
+                              "the language it was trained on, and reads no prompt)")
+        try:
+            ids = self.tokenizer.start_ids(self.options.language, self.options.initial_prompt,
+                                           self.config.model.max_target_positions)
+            self.model.decoder.set_prompt(ids)
+        except ValueError as e:  # WhisperTokenizerError, or a prompt that leaves no room
+            raise DecodeError(str(e)) from None
 
     def _context(self):
         """The context graph of the options' hotwords (None without any); DecodeError for a phrase the model

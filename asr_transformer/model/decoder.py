@@ -230,6 +230,17 @@ class Decoder(nn.Module):
             x, _ = below(x, mask, enc, memory_mask)
         return layers[-1].cross_attention_weights(x, mask, enc, memory_mask)[:, :, self.prompt_len:]
 
+    def set_prompt(self, ids: list[int]) -> None:
+        """Read `ids` before BEGIN from now on (a Whisper language or initial prompt); a fixed position table
+        then has room for fewer output tokens."""
+        if self.max_tokens is not None:
+            room = self.max_tokens - (len(ids) - self.prompt_len)
+            if room < 1:
+                raise ValueError(f"a prompt of {len(ids)} tokens leaves the decoder no room to write")
+            self.max_tokens = room
+        self.prompt = torch.tensor(ids, dtype=torch.long, device=self.prompt.device)
+        self.prompt_len = len(ids)
+
     def _with_prompt(self, tokens: torch.Tensor, token_lens: torch.Tensor | None = None):
         """(B, L) tokens, (B,) lengths → the same with the prompt's P ids in front: (B, P + L), lengths + P."""
         if not self.prompt_len:

@@ -42,7 +42,7 @@ from asr_transformer.errors import UserError
 from asr_transformer.fileio import atomic_open, write_json
 from asr_transformer.model.asr import ASRModel
 from asr_transformer.model.lora import add_lora, merged_state_dict
-from asr_transformer.package import DATA_SUMMARY, resolve_precision
+from asr_transformer.package import DATA_SUMMARY, resolve_precision, tied
 from asr_transformer.progress import progress_bar, track
 from asr_transformer.train import experiment
 from asr_transformer.train.pretrained import PretrainedError, load_pretrained
@@ -745,7 +745,7 @@ def _epoch_line(record: dict) -> str:
 
 def _save_epoch(ckpt_dir: Path, epoch: int, model: ASRModel, cfg: Config, tokenizer: Tokenizer, metrics: dict) -> None:
     save_checkpoint(ckpt_dir / f"epoch_{epoch}.pt", {
-        "weights": merged_state_dict(model), "config": to_dict(cfg), "metrics": metrics, "epoch": epoch,
+        "weights": tied(merged_state_dict(model), cfg), "config": to_dict(cfg), "metrics": metrics, "epoch": epoch,
         "tokenizer_model": torch.frombuffer(bytearray(tokenizer.model_bytes), dtype=torch.uint8),
         "tokenizer_meta": tokenizer.meta()}, format="asr-epoch")
 
