@@ -76,16 +76,12 @@ def _parameters(skip: tuple) -> list[inspect.Parameter]:
     for f in fields(DecodeConfig):
         if f.name in skip:
             continue
-        if f.name == "hotwords":  # a list: a file of them, and phrases one by one
-            option = typer.Option(None, flag(f.name), rich_help_panel=PANEL, help=HELP[f.name])
-            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                                            annotation=Optional[Path]))
+        option = typer.Option(None, flag(f.name), rich_help_panel=PANEL, help=HELP[f.name])
+        kind = Optional[Path] if f.name == "hotwords" else Optional[hints[f.name]]  # hotwords: a file of them
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind))
+        if f.name == "hotwords":  # and phrases one by one
             params.append(inspect.Parameter("hotword", inspect.Parameter.KEYWORD_ONLY, default=HOTWORD,
                                             annotation=List[str]))
-            continue
-        option = typer.Option(None, flag(f.name), rich_help_panel=PANEL, help=HELP[f.name])
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                                        annotation=Optional[hints[f.name]]))
     return params
 
 

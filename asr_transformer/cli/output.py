@@ -10,7 +10,9 @@ from typing import Optional
 
 import typer
 
+
 def echo_summary(summary: dict) -> None:
+    """`asr prepare`'s table of the splits written (utterances, hours, speakers), and what was skipped."""
     from rich.console import Console
     from rich.table import Table
 

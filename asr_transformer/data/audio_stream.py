@@ -67,7 +67,11 @@ class AudioStream:
             return
         self.file = self._open()
         if not isinstance(source, PipeSource):  # a stream's header cannot know its length
-            check_complete(self._handle, self.name, self.file.frames, self.file.samplerate)
+            try:
+                check_complete(self._handle, self.name, self.file.frames, self.file.samplerate)
+            except AudioError:
+                self.close()
+                raise
         self.duration = self.file.frames / self.file.samplerate if self.file.frames > 0 else None
 
     def _open(self) -> sf.SoundFile:
