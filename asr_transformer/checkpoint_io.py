@@ -138,6 +138,14 @@ def refuse_to_replace(path: str | os.PathLike, format: str, force: bool, what: s
                               f"replace it")
 
 
+def footer_digest(path: str | os.PathLike) -> str | None:
+    """The SHA-256 its checksum footer records (the file's content, named without reading it); None without one."""
+    with open(path, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - FOOTER_LEN))
+        footer = f.read()
+    return footer[len(FOOTER):].strip().decode("ascii", "replace") if footer.startswith(FOOTER) else None
+
+
 def is_signed(path: str | os.PathLike) -> bool:
     """Whether the file carries a signature (checked or not)."""
     with open(path, "rb") as f:

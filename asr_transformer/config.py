@@ -86,9 +86,9 @@ class ModelConfig:
     # subtract the mean of all its speaker's utterances instead (the manifests' `speaker`; Kaldi's per-speaker CMN):
     # the channel goes, the word's own spectrum stays. An utterance alone or of speaker "unknown" uses its own mean.
     speaker_cmn: bool = False
-    # the encoder's blocks (model/encoder.py: BLOCKS): transformer (self-attention, feed-forward) or conformer (macaron feed-forwards, attention
-    # and a depthwise convolution of conv_kernel frames; always pre-LN). A config of old that gives only
-    # conv_kernel (> 0: Conformer, 0: Transformer) still reads as it did.
+    # the encoder's blocks (model/encoder.py: BLOCKS): transformer (self-attention, feed-forward) or conformer
+    # (macaron feed-forwards, attention and a depthwise convolution of conv_kernel frames; always pre-LN). A config
+    # of old that gives only conv_kernel (> 0: Conformer, 0: Transformer) still reads as it did.
     block: str = "transformer"
     conv_kernel: int = 15
     tie_embeddings: bool = False
@@ -439,13 +439,15 @@ RANGES = [
 
 def range_error(key: str, value) -> str | None:
     """What `key` ("section.name") must be when `value` is outside its range in RANGES; None when it is inside."""
-    for name, ok, allowed in RANGES:
-        if name == key:
-            try:
-                return None if ok(value) else allowed
-            except TypeError:  # e.g. a number where a list of strings goes
-                return allowed
-    return None
+    return next((_outside(ok, allowed, value) for name, ok, allowed in RANGES if name == key), None)
+
+
+def _outside(ok, allowed: str, value) -> str | None:
+    """`allowed` when `value` fails the test `ok`, else None."""
+    try:
+        return None if ok(value) else allowed
+    except TypeError:  # e.g. a number where a list of strings goes
+        return allowed
 
 
 def validate(cfg: Config, where: str = "config") -> None:
@@ -454,10 +456,10 @@ def validate(cfg: Config, where: str = "config") -> None:
     def fail(key, value, allowed):
         raise ConfigError(("" if where == "config" else f"{where}: ") + f"{key}={value!r}: must be {allowed}")
 
-    for key, _, _ in RANGES:
+    for key, ok, allowed in RANGES:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
-        if (allowed := range_error(key, value)) is not None:
+        if _outside(ok, allowed, value) is not None:
             fail(key, value, allowed)
     m, d = cfg.model, cfg.data
     if m.d_model % m.heads:

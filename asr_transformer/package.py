@@ -28,6 +28,7 @@ import torch
 from asr_transformer.checkpoint_io import CheckpointError, SignatureError, load_checkpoint, save_checkpoint
 from asr_transformer.config import CTC_MODES, Config, DecodeConfig, fit_decoding, from_dict, to_dict, validate
 from asr_transformer.data.tokenizer import Tokenizer, tokenizer_from_bytes
+from asr_transformer.data.whisper_tokenizer import decoder_start
 from asr_transformer.decode.hotwords import context_graph
 from asr_transformer.fileio import read_json
 
@@ -207,9 +208,7 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
     context_graph(tokenizer, cfg.decode.hotwords, cfg.decode.hotword_score)  # every phrase spelled (HotwordError)
     if cfg.decode.language or cfg.decode.initial_prompt:  # what the decoder reads first: Whisper's alone
-        if not hasattr(tokenizer, "start_ids"):
-            raise ValueError("language and initial_prompt: only Whisper packages take them")
-        tokenizer.start_ids(cfg.decode.language, cfg.decode.initial_prompt, cfg.model.max_target_positions)
+        decoder_start(tokenizer, cfg.decode.language, cfg.decode.initial_prompt, cfg.model.max_target_positions)
     for kind, arpa in (lms or {}).items():
         if kind not in LM_KINDS:
             raise ValueError(f"unknown LM kind '{kind}' (known: {', '.join(LM_KINDS)})")

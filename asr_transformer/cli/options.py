@@ -177,20 +177,17 @@ def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optio
 def _notice_unsigned(model: Path) -> None:
     """The first time a terminal user loads an unsigned package (without ASR_PACKAGE_KEY), one line says what that
     means; a marker named by its checksum under ~/.cache/asr-transformer keeps it from saying it again."""
-    import hashlib
     import os
     import sys
 
-    from asr_transformer.checkpoint_io import is_signed
+    from asr_transformer.checkpoint_io import footer_digest, is_signed
     from asr_transformer.package import package_key
 
     if package_key() is not None or not sys.stderr.isatty() or is_signed(model):
         return
-    with open(model, "rb") as f:  # the checksum footer's last bytes name this content
-        f.seek(max(0, os.fstat(f.fileno()).st_size - 65))
-        digest = hashlib.sha256(f.read()).hexdigest()[:32]
+    digest = footer_digest(model)
     seen = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "asr-transformer" / "unsigned-seen"
-    if (seen / digest).exists():
+    if digest is None or (seen / digest).exists():
         return
     typer.secho(f"note: {model}: signature {UNSIGNED}", fg="yellow", err=True)
     try:

@@ -119,9 +119,16 @@ def check_complete(source: str | os.PathLike | bytes | BinaryIO, name: str, fram
         declared = wav_declared_frames(source)
     except OSError:
         return  # unreadable here: soundfile has read it, and will say so if it cannot
-    if declared is not None and declared - frames > TRUNCATION_SLACK * rate:
+    if declared is not None:
+        check_held(name, declared, frames, rate)
+
+
+def check_held(name: str, declared: int, held: int, rate: int) -> None:
+    """Raise AudioError (truncated) when a file holds `held` frames, more than TRUNCATION_SLACK short of the
+    `declared` ones."""
+    if declared - held > TRUNCATION_SLACK * rate:
         raise AudioError(name, "truncated", f"truncated: header says {declared / rate:.2f} s, "
-                                            f"file holds {frames / rate:.2f} s")
+                                            f"file holds {held / rate:.2f} s")
 
 
 def check_range(samples: np.ndarray, name: str) -> None:

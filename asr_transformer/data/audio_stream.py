@@ -20,7 +20,7 @@ import numpy as np
 import soundfile as sf
 
 from asr_transformer.data.audio import (SAMPLE_RATE, TRUNCATION_SLACK, AudioError, block_reach, check_complete,
-                                        check_range, checked_samples, resample, sinc_taps)
+                                        check_held, check_range, checked_samples, resample, sinc_taps)
 
 BLOCK_SECONDS = 5.0  # audio read (and resampled) at once
 SAMPLE_BYTES = {"PCM_U8": 1, "PCM_S8": 1, "ULAW": 1, "ALAW": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4,
@@ -165,18 +165,18 @@ class AudioStream:
         """At the end: AudioError (truncated) when the audio ended well before its header said, as
         data/audio.py: load_audio refuses it. An MP3's length is an estimate; a pipe's WAV header promises a length
         only when it was written knowing it (not a recorder's placeholder of 2 GB or more)."""
-        f, pipe = self.file, isinstance(self.source, PipeSource)
-        if pipe:
-            if self.source.raw_rate or f.format not in ("WAV", "WAVEX"):
-                return
-            if not 0 < f.frames * f.channels * SAMPLE_BYTES.get(f.subtype, 2) < UNKNOWN_LENGTH_BYTES:
-                return
-        elif f.format == "MP3" or f.frames <= 0:
+        f = self.file
+        if not isinstance(self.source, PipeSource):
+            if f.format != "MP3" and f.frames > 0:
+                check_held(self.name, f.frames, self.frames_read, f.samplerate)
+            return
+        if self.source.raw_rate or f.format not in ("WAV", "WAVEX"):
+            return
+        if not 0 < f.frames * f.channels * SAMPLE_BYTES.get(f.subtype, 2) < UNKNOWN_LENGTH_BYTES:
             return
         if f.frames - self.frames_read > TRUNCATION_SLACK * f.samplerate:
-            said, held = f.frames / f.samplerate, self.frames_read / f.samplerate
-            raise AudioError(self.name, "truncated", f"truncated: the stream ended at {held:.2f} s, its header says "
-                             f"{said:.2f} s" if pipe else f"truncated: header says {said:.2f} s, file holds {held:.2f} s")
+            raise AudioError(self.name, "truncated", f"truncated: the stream ended at "
+                             f"{self.frames_read / f.samplerate:.2f} s, its header says {f.frames / f.samplerate:.2f} s")
 
     def close(self) -> None:
         if self.file is not None:

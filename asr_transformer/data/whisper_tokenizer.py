@@ -143,3 +143,12 @@ class WhisperTokenizer:
         names = {0: "<blank>", 1: "<unk>", 2: "<sos>", 3: "<eos>", 4: "<mask>"}
         return [names[int(i)] if int(i) < NUM_SPECIAL else (self.bpe.id_to_token(int(i) - NUM_SPECIAL) or "<|ts|>")
                 for i in ids]
+
+
+def decoder_start(tokenizer, language: str, previous: str, room: int) -> list[int]:
+    """`tokenizer.start_ids` for a Whisper tokenizer; WhisperTokenizerError for any other, whose model reads no
+    prompt and transcribes the language it was trained on."""
+    if not isinstance(tokenizer, WhisperTokenizer):
+        raise WhisperTokenizerError("language and initial_prompt: only Whisper packages take them (this model "
+                                    "transcribes the language it was trained on, and reads no prompt)")
+    return tokenizer.start_ids(language, previous, room)

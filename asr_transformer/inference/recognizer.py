@@ -93,12 +93,11 @@ class Recognizer:
     def _set_start(self) -> None:
         """The options' language and initial prompt, as the ids a Whisper decoder reads before BEGIN; DecodeError
         for a package that reads none (its language is the one it was trained on) or a language it cannot take."""
-        if not hasattr(self.tokenizer, "start_ids"):
-            raise DecodeError("language and initial_prompt: only Whisper packages take them (this model transcribes "
-                              "the language it was trained on, and reads no prompt)")
+        from asr_transformer.data.whisper_tokenizer import decoder_start
+
         try:
-            ids = self.tokenizer.start_ids(self.options.language, self.options.initial_prompt,
-                                           self.config.model.max_target_positions)
+            ids = decoder_start(self.tokenizer, self.options.language, self.options.initial_prompt,
+                                self.config.model.max_target_positions)
             self.model.decoder.set_prompt(ids)
         except ValueError as e:  # WhisperTokenizerError, or a prompt that leaves no room
             raise DecodeError(str(e)) from None
