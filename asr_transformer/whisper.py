@@ -366,7 +366,7 @@ def package_config(dims: WhisperDims, tokenizer: WhisperTokenizer, pad_to_second
     m.dropout, m.attention_dropout = 0.0, 0.0
     for key, value in tokenizer.model_options().items():
         setattr(m, key, value)
-    # two 30-s windows decoded at once: about the model and 150 MB on any length (16 took 3.3 GB on a 333-s file)
+    # two 30-s windows decoded at once: 1.26 GB peak on a 333-s file, 3.47 GB with 16 (bench/whisper_memory.py)
     cfg.decode = DecodeConfig(mode="beam", beam=5, ctc_weight=0.0, batch_size=WHISPER_BATCH)
     return cfg
 
