@@ -151,6 +151,7 @@ def test_bad_requests_get_their_status_and_the_server_keeps_serving(server, tmp_
         (_form({"model": "tiny", "language": "fr"}, audio), KEY, 422, "language"),
         (_form({"model": "nope"}, audio), KEY, 404, "'nope'"),
         (_form({"model": "tiny", "hotwords": "zzz"}, audio), KEY, 422, "zzz"),  # no 'z' in this model's units
+        (_form({"model": "tiny", "prompt": "a b"}, audio), KEY, 422, "reads no prompt"),  # not a Whisper model
         ((b"{}", "application/json"), KEY, 415, "multipart"),
     ]
     for (body, content_type), key, status, named in cases:
@@ -230,3 +231,34 @@ def test_a_websocket_stream_gives_the_finals_of_asr_transcribe_stream(server, pa
         connect(url).close()
     with connect(url + f"&api_key={KEY}") as ws:  # a browser's way to send the key; then silence
         assert json.loads(ws.recv(timeout=30)) == {"type": "error", "message": "no audio for 2 s; closing the stream"}
+
+
+def test_a_whisper_model_reads_each_requests_prompt_and_no_other(tmp_path):
+    """OpenAI's `prompt` is Whisper's initial prompt: a request with one gets what `Recognizer(initial_prompt=…)`
+    gives, and requests decoded beside it (with another prompt or none) get their own texts."""
+    pytest.importorskip("tokenizers")
+    from asr_transformer.whisper import import_whisper
+    from tests.whisper_reference import Dims, Whisper, make_tokenizer, write_openai
+
+    tokenizer, special = make_tokenizer(tmp_path)
+    torch.manual_seed(0)
+    whisper = Whisper(Dims(n_vocab=special["<|notimestamps|>"] + 4, n_audio_ctx=150))  # a 3-s window
+    package = tmp_path / "whisper.pt"
+    import_whisper(write_openai(whisper, tmp_path / "tiny.pt"), package, tokenizer_json=tokenizer, pad_to_seconds=0)
+    wav = _wav(tmp_path / "w.wav", 2.0, seed=6)
+    prompts = ["", "hello world", "", "the world", "hello world"] * 2
+    expected = {p: Recognizer(package, device="cpu", threads=1, initial_prompt=p).transcribe(str(wav))["text"]
+                for p in set(prompts)}
+    assert len(set(expected.values())) == 3  # each prompt changes this model's text
+    proc, base = _start(package, "--api-key", KEY)
+    try:
+        def ask(prompt: str) -> str:
+            with open(wav, "rb") as f:
+                return _client(base).audio.transcriptions.create(model="tiny", file=f, prompt=prompt).text
+
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            assert list(pool.map(ask, prompts)) == [expected[p] for p in prompts]
+        assert ask("") == expected[""]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -19,6 +19,7 @@ import copy
 import os
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -90,13 +91,16 @@ class Recognizer:
         if self.options.language or self.options.initial_prompt:
             self._set_start()
 
-    def _set_start(self) -> None:
-        """The options' language and initial prompt, as the ids a Whisper decoder reads before BEGIN; DecodeError
-        for a package that reads none (its language is the one it was trained on) or a language it cannot take."""
+    def _set_start(self, initial_prompt: str | None = None) -> None:
+        """The options' language and initial prompt (or `initial_prompt`), as the ids a Whisper decoder reads before
+        BEGIN; DecodeError for a package that reads none (its language is the one it was trained on) or a language
+        it cannot take."""
         from asr_transformer.data.whisper_tokenizer import decoder_start
 
+        if initial_prompt is None:
+            initial_prompt = self.options.initial_prompt
         try:
-            ids = decoder_start(self.tokenizer, self.options.language, self.options.initial_prompt,
+            ids = decoder_start(self.tokenizer, self.options.language, initial_prompt,
                                 self.config.model.max_target_positions)
             self.model.decoder.set_prompt(ids)
         except ValueError as e:  # WhisperTokenizerError, or a prompt that leaves no room
@@ -113,6 +117,25 @@ class Recognizer:
             warnings.warn(f"hotwords do not bias {self.options.mode} decoding (greedy searches keep no alternatives); "
                           f"use {', '.join(BIASED_MODES)}", HotwordWarning, stacklevel=3)
         return graph
+
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether the model reads an initial prompt (an imported Whisper)."""
+        from asr_transformer.data.whisper_tokenizer import WhisperTokenizer
+
+        return isinstance(self.tokenizer, WhisperTokenizer)
+
+    @contextmanager
+    def prompted(self, initial_prompt: str):
+        """Inside the block, decode with `initial_prompt` in place of the options' (a server's per-request prompt);
+        the options' own start is back after it. DecodeError for a model that reads no prompt. The prompt is the
+        model's state, so one thread at a time decodes with a recognizer and the recognizers sharing its model."""
+        own = self.model.decoder.prompt.tolist()
+        self._set_start(initial_prompt)
+        try:
+            yield self
+        finally:
+            self.model.decoder.set_prompt(own)
 
     def with_hotwords(self, hotwords: list[str], hotword_score: float | None = None) -> "Recognizer":
         """A recognizer that shares this one's model, tokenizer and LMs, with another hotword list (each entry

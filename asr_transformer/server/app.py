@@ -25,6 +25,7 @@ import logging
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
@@ -72,6 +73,7 @@ class Job:
     audio: bytes
     words: bool
     hotwords: tuple[str, ...]
+    prompt: str  # a Whisper model's initial prompt ("" for none)
     future: asyncio.Future
 
 
@@ -118,7 +120,8 @@ def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -
             if slot.batcher is None:
                 slot.queue = asyncio.Queue()
                 slot.batcher = asyncio.create_task(_batcher(slot, config, metrics))
-            job = Job(audio, words, tuple(options.get("hotwords", ())), asyncio.get_running_loop().create_future())
+            job = Job(audio, words, tuple(options.get("hotwords", ())), options.get("initial_prompt", ""),
+                      asyncio.get_running_loop().create_future())
             await slot.queue.put(job)
             result = await job.future
         finally:
@@ -281,10 +284,13 @@ def _transcription_fields(form, slot: ModelSlot) -> tuple[bytes, str, bool, dict
     if language not in ENGLISH:
         raise RequestError(422, f"language '{language}': model '{slot.name}' transcribes English (en)",
                            param="language")
-    if str(form.get("prompt") or "").strip():
-        raise RequestError(422, "prompt: this server does not condition decoding on a prompt; to favour words, "
-                                "send them as 'hotwords' (one phrase per line)", param="prompt")
     options = {}
+    prompt = str(form.get("prompt") or "").strip()
+    if prompt and not getattr(slot.recognizer, "reads_prompt", False):
+        raise RequestError(422, f"prompt: model '{slot.name}' reads no prompt (imported Whisper models do); to favour "
+                                "words, send them as 'hotwords' (one phrase per line)", param="prompt")
+    if prompt:
+        options["initial_prompt"] = prompt
     hotwords = [p.strip() for p in str(form.get("hotwords") or "").splitlines() if p.strip()]
     if hotwords:
         options["hotwords"] = hotwords
@@ -306,7 +312,7 @@ def _check_audio(audio: bytes, config: ServeConfig) -> float:
 
 async def _batcher(slot: ModelSlot, config: ServeConfig, metrics: Metrics) -> None:
     """Forever: take the requests waiting for the model (those arriving within `batch_wait_ms` of the first, at
-    most `max_batch_requests`), decode those that ask the same (word times, hotwords) together, answer each."""
+    most `max_batch_requests`), decode those that ask the same (word times, hotwords, prompt) together, answer each."""
     loop = asyncio.get_running_loop()
     while True:
         jobs = [await slot.queue.get()]
@@ -319,11 +325,11 @@ async def _batcher(slot: ModelSlot, config: ServeConfig, metrics: Metrics) -> No
         metrics.batch(len(jobs))
         groups: dict[tuple, list[Job]] = {}
         for job in jobs:
-            groups.setdefault((job.words, job.hotwords), []).append(job)
-        for (words, hotwords), group in groups.items():
+            groups.setdefault((job.words, job.hotwords, job.prompt), []).append(job)
+        for (words, hotwords, prompt), group in groups.items():
             try:
                 results = await loop.run_in_executor(slot.executor, _transcribe, slot.recognizer,
-                                                     [j.audio for j in group], words, hotwords)
+                                                     [j.audio for j in group], words, hotwords, prompt)
             except RequestError as e:  # one bad file fails its group: decode them one by one, so only it fails
                 results = [await _alone(loop, slot, job) for job in group] if len(group) > 1 else [e]
             except Exception as e:  # never let the batcher die: the request gets a 500, the server goes on
@@ -336,14 +342,15 @@ async def _batcher(slot: ModelSlot, config: ServeConfig, metrics: Metrics) -> No
 async def _alone(loop, slot: ModelSlot, job: Job):
     try:
         return (await loop.run_in_executor(slot.executor, _transcribe, slot.recognizer, [job.audio], job.words,
-                                           job.hotwords))[0]
+                                           job.hotwords, job.prompt))[0]
     except Exception as e:
         return e
 
 
-def _transcribe(recognizer, audios: list[bytes], words: bool, hotwords: tuple[str, ...]) -> list[dict]:
-    """Runs on the model's thread: several files decoded together (`transcribe_many`). A UserError (audio that
-    does not decode, hotwords the model cannot write, word times without a CTC head) becomes a 400/422 naming it."""
+def _transcribe(recognizer, audios: list[bytes], words: bool, hotwords: tuple[str, ...], prompt: str) -> list[dict]:
+    """Runs on the model's thread: several files decoded together (`transcribe_many`), with the request's prompt
+    read in place of the model's own. A UserError (audio that does not decode, hotwords the model cannot write, a
+    prompt too long, word times without a CTC head) becomes a 400/422 naming it."""
     from asr_transformer.inference.transcribe import transcribe_many
 
     if hotwords and not hasattr(recognizer, "with_hotwords"):
@@ -351,7 +358,7 @@ def _transcribe(recognizer, audios: list[bytes], words: bool, hotwords: tuple[st
     try:
         if hotwords:
             recognizer = recognizer.with_hotwords(list(hotwords))
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), (recognizer.prompted(prompt) if prompt else nullcontext()):
             warnings.simplefilter("ignore")
             return transcribe_many(recognizer, audios, word_timestamps=words)
     except AudioError as e:
