@@ -113,6 +113,9 @@ class ModelConfig:
     decoder_prompt: list[int] = field(default_factory=list)  # ids the decoder reads before BEGIN
     suppress_tokens: list[int] = field(default_factory=list)  # ids the decoder never emits in decoding
     suppress_from: int = 0  # > 0: nor any id from this one on
+    # [layer, head] pairs of decoder cross-attention heads that follow the audio in time (Whisper ships them),
+    # for word times without a CTC head (decode/attention_align.py); [] every head of the upper half of the layers
+    alignment_heads: list = field(default_factory=list)
     # streaming (WeNet's dynamic chunks): each training batch draws a chunk size, full context half the time, else
     # 1..streaming_max_chunk encoder frames, and the encoder attends within its chunk and all chunks before it; the
     # Conformer convolutions see no future frames. One model then decodes offline and streaming (decode.chunk_ms)
@@ -197,6 +200,14 @@ class DecodeConfig:
     # text the decoder reads as what came before (names, spellings, style), as whisper's --initial_prompt
     language: str = ""
     initial_prompt: str = ""
+    # whisper's fallback (decode/fallback.py): sample at `temperature` (0: the mode's search); a window whose text
+    # repeats itself (gzip compression ratio above `compression_ratio_threshold`) or whose tokens average a
+    # log-probability below `logprob_threshold` is decoded again, sampling `temperature_increment` hotter each
+    # time up to 1.0 (0: never again)
+    temperature: float = 0.0
+    temperature_increment: float = 0.0
+    logprob_threshold: float = -1.0
+    compression_ratio_threshold: float = 2.4
 
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
@@ -434,6 +445,10 @@ RANGES = [
     ("decode.hotwords", lambda v: all(isinstance(e, str) and e.strip() for e in v), "a list of phrases"),
     ("decode.hotword_score", lambda v: 0 <= v < float("inf"), "≥ 0"),
     ("decode.numbers", lambda v: v in NUMBER_STYLES, "digits, words or '' (as the model wrote them)"),
+    ("decode.temperature", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("decode.temperature_increment", lambda v: 0 <= v <= 1, "in [0, 1] (0: no fallback)"),
+    ("decode.logprob_threshold", lambda v: v <= 0, "≤ 0"),
+    ("decode.compression_ratio_threshold", lambda v: v >= 1, "≥ 1"),
 ]
 
 

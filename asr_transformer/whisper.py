@@ -67,6 +67,7 @@ class WhisperCheckpoint:
     weights: dict[str, torch.Tensor]
     tokenizer_json: bytes | None = None
     suppress_ids: list[int] | None = None
+    alignment_heads: list[list[int]] | None = None  # [layer, head] pairs whose cross-attention follows time
 
 
 # ---------------------------------------------------------------- OpenAI's .pt
@@ -157,8 +158,9 @@ def read_hf(folder: Path) -> WhisperCheckpoint:
                 name = name.replace(hf, openai)
             weights[name] = tensor.float()
     generation = folder / "generation_config.json"
-    suppress = _read_json(generation).get("suppress_tokens") if generation.exists() else None
-    return WhisperCheckpoint(dims, weights, _optional_bytes(folder / "tokenizer.json"), suppress)
+    generation = _read_json(generation) if generation.exists() else {}
+    return WhisperCheckpoint(dims, weights, _optional_bytes(folder / "tokenizer.json"),
+                             generation.get("suppress_tokens"), generation.get("alignment_heads"))
 
 
 # ---------------------------------------------------------------- CTranslate2 (faster-whisper)
@@ -280,7 +282,8 @@ def read_ct2(folder: Path) -> WhisperCheckpoint:
     dims = WhisperDims(weights["encoder.conv1.weight"].shape[1], n_audio_ctx, d_audio, heads[0],
                        _count_blocks(weights, "encoder"), weights["decoder.token_embedding.weight"].shape[0],
                        n_text_ctx, d_text, heads[1], _count_blocks(weights, "decoder"))
-    return WhisperCheckpoint(dims, weights, _optional_bytes(folder / "tokenizer.json"), config.get("suppress_ids"))
+    return WhisperCheckpoint(dims, weights, _optional_bytes(folder / "tokenizer.json"), config.get("suppress_ids"),
+                             config.get("alignment_heads"))
 
 
 # ---------------------------------------------------------------- one reader for any source
@@ -455,6 +458,7 @@ def import_whisper(source: str | os.PathLike, out: str | os.PathLike, tokenizer_
     tokenizer.prompt = [i + NUM_SPECIAL for i in start[:-1]]
     tokenizer.suppress = sorted({BLANK, UNK, SOS, MASK} | {i + NUM_SPECIAL for i in suppress if i >= 0})
     cfg = package_config(ckpt.dims, tokenizer, pad_to_seconds, ctc)
+    cfg.model.alignment_heads = [[int(layer), int(head)] for layer, head in ckpt.alignment_heads or []]
     torch.manual_seed(0)  # the CTC head, when asked for, starts from the same weights every time
     model = ASRModel(cfg.model)
     weights = package_weights(ckpt, start, tokenizer.eot, model.state_dict())

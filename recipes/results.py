@@ -409,7 +409,23 @@ def benchmarks_section(bench: Path) -> str:
     lines += gpu_table(_load(bench / "gpu_check.json"))
     lines += serve_table(_load(bench / "serve.json"))
     lines += whisper_memory_table(_load(bench / "whisper_memory.json"))
+    lines += word_times_table(_load(bench / "word_times.json"))
     return "\n".join(lines) + "\n"
+
+
+def word_times_table(run: dict | None) -> list[str]:
+    """Word times by the decoder's attention (DTW) against the CTC alignment, from `python bench/word_times.py`."""
+    if not run:
+        return []
+    return ["", "### Word times without a CTC head", "",
+            f"`{run['command']}`: each utterance's words timed by the decoder's cross-attention (dynamic time warping, "
+            "as Whisper packages are timed) and by CTC forced alignment, on a model that has both; differences in "
+            f"seconds (bias: attention − CTC); {short_cpu_name(run['cpu'])}, {run['threads']} threads.", "",
+            "| model | set | words | start: mean, median, bias | end: mean, median, bias | both within 0.1 s % "
+            "| within 0.2 s % |", "|---|---|---|---|---|---|---|",
+            f"| `{run['model']}` | `{run['manifest']}` ({run['utterances']}) | {run['words']} | {run['start_mean']:.3f}, "
+            f"{run['start_median']:.3f}, {run['start_bias']:+.3f} | {run['end_mean']:.3f}, {run['end_median']:.3f}, "
+            f"{run['end_bias']:+.3f} | {run['within_0.1']:.1f} | {run['within_0.2']:.1f} |"]
 
 
 def whisper_memory_table(run: dict | None) -> list[str]:

@@ -140,3 +140,51 @@ def test_phone_model_words_are_the_lexicons(tmp_path):
         assert [w["word"] for w in words] == text.split()
         # ▁ on frames 1, 7, 13; the words' phones on 3-5, 9-11, 15-19
         assert [t for w in words for t in (w["start"], w["end"])] == pytest.approx([0.1, 0.22, 0.34, 0.46, 0.58, 0.78])
+
+
+# ------------------------------------------------------------------------------- attention (DTW) word times
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_dtw_finds_the_cheapest_monotonic_path(seed):
+    """Against every monotonic path from corner to corner of a small cost matrix."""
+    from asr_transformer.decode.attention_align import dtw
+
+    rng = np.random.default_rng(seed)
+    R, T = 3 + seed % 2, 5
+    cost = rng.normal(size=(R, T))
+
+    def paths(i, j):
+        if (i, j) == (R - 1, T - 1):
+            yield [(i, j)]
+            return
+        for di, dj in ((1, 1), (1, 0), (0, 1)):
+            if i + di < R and j + dj < T:
+                for rest in paths(i + di, j + dj):
+                    yield [(i, j)] + rest
+
+    best = min(sum(cost[c] for c in p) for p in paths(0, 0))
+    rows, cols = dtw(cost)
+    steps = set(zip(np.diff(rows).tolist(), np.diff(cols).tolist()))
+    assert (rows[0], cols[0], rows[-1], cols[-1]) == (0, 0, R - 1, T - 1) and steps <= {(1, 1), (1, 0), (0, 1)}
+    assert cost[rows, cols].sum() == pytest.approx(best)
+
+
+def test_attention_word_times_follow_where_the_decoder_looked():
+    """Rows: BEGIN and three tokens ("▁a", "b", "▁c"), each looking at its own stretch of frames: the word "ab"
+    runs from where token "▁a" was written to where "▁c" was, "c" from there to where the end was written."""
+    from asr_transformer.decode.attention_align import alignment_matrix, attention_word_timestamps
+
+    weights = np.full((2, 4, 40), 1e-3)
+    for row, (a, b) in enumerate([(0, 8), (8, 20), (20, 30), (30, 40)]):
+        weights[:, row, a:b] = 1.0
+    weights[:, :, 36:] = 0.0  # the last frames are padding: left out
+    matrix = alignment_matrix(weights, frames=36)
+    assert matrix.shape == (4, 36)
+    clock = FrameClock(first=0.0, shift=0.02)
+    words = attention_word_timestamps(matrix, np.array([0.9, 0.5, 0.7]), [5, 6, 7], ["▁a", "b", "▁c"], ["ab", "c"],
+                                      clock, offset=1.0, bounds=(1.0, 1.7))
+    assert [(w["word"], w["start"], w["end"]) for w in words] == [("ab", 1.0, 1.4), ("c", 1.4, 1.6)]
+    assert words[0]["probability"] == pytest.approx(0.7) and words[1]["probability"] == pytest.approx(0.7)
+    assert attention_word_timestamps(matrix, np.ones(3), [5, 6, 7], ["▁a", "b", "▁c"], ["ab"], clock, 1.0,
+                                     (1.0, 1.7))[0]["probability"] is None  # words and tokens that do not pair

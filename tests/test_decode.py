@@ -356,3 +356,68 @@ def test_too_short_utterances(mode):
         hyps = recognize(m, feats[: len(lens), : int(lens.max())], lens, opts(mode, beam=3))
         assert len(hyps) == len(lens)
         assert hyps[-1][0].tokens == [] or mode in ("greedy", "beam")  # attention may still guess a token
+
+
+# ------------------------------------------------------------------------------- sampling and whisper's fallback
+
+
+def test_sampling_cold_is_greedy_and_each_row_draws_alone():
+    """A temperature near 0 samples the greedy tokens; at 1, draws differ, and an utterance's draws do not depend
+    on the utterances sampled beside it (each row has its own seeded generator)."""
+    m = make_model()
+    feats, lens = make_batch()
+    greedy = recognize(m, feats, lens, opts("greedy"))
+    cold = recognize(m, feats, lens, opts("greedy", temperature=1e-4, beam=1))
+    assert tokens_of(cold) == tokens_of(greedy)
+    hot = recognize(m, feats, lens, opts("beam", temperature=1.0, beam=4, nbest=4))
+    assert all(len({tuple(h.tokens) for h in draws}) > 1 for draws in hot)
+    assert all(h.parts["temperature"] == 1.0 for draws in hot for h in draws)
+    for b, n in enumerate(lens.tolist()):
+        alone = recognize(m, feats[b:b + 1, :n], lens[b:b + 1], opts("beam", temperature=1.0, beam=4, nbest=4))[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in hot[b]]
+
+
+def test_fallback_tries_failed_windows_hotter_and_keeps_the_best_try():
+    from asr_transformer.decode import Hypothesis as H
+    from asr_transformer.decode.fallback import fall_back, temperatures
+
+    o = DecodeConfig(temperature_increment=0.5, logprob_threshold=-1.0, compression_ratio_threshold=2.4)
+    assert temperatures(o) == [0.5, 1.0] and temperatures(DecodeConfig()) == []
+    first = [[H([1, 2], -1.0), H([2], -3.0)], [H([3], -10.0)], [H([4, 4], -12.0)]]  # averages -1/3, -5, -4
+    tries = {0.5: {1: H([5], -1.0), 2: H([6], -6.0)}, 1.0: {2: H([7], -9.0)}}  # -0.5 passes; -3, -4.5 fail
+    asked = []
+
+    def decode_at(rows, temperature):
+        asked.append((rows, temperature))
+        return [[tries[temperature][r]] for r in rows]
+
+    out = fall_back(first, decode_at, lambda t: " ".join(map(str, t)), o)
+    assert asked == [([1, 2], 0.5), ([2], 1.0)]
+    assert out[0] == first[0] and out[1] == [tries[0.5][1]] and out[2] == [tries[0.5][2]]
+    looping = lambda t: "la " * 40 if t == [6] else " ".join(map(str, t))  # noqa: E731
+    assert fall_back(first, decode_at, looping, o)[2] == [first[2][0]]  # the best try that does not loop
+
+
+def test_recognizer_falls_back_on_a_looping_window(tiny_package):
+    """End to end: a window whose greedy text loops is sampled again, and what it keeps is what decoding at that
+    temperature gives; a window that passes is left as the search gave it."""
+    from asr_transformer.decode.fallback import compression_ratio
+    from asr_transformer.inference.recognizer import Recognizer
+
+    plain = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, mode="greedy", max_len_ratio=2.0)
+    lens = torch.tensor([300])
+    feats = torch.randn(1, 300, plain.config.model.input_dim, generator=torch.Generator().manual_seed(3))
+    [[h]] = plain.recognize(feats, lens)
+    text = plain.text(h.tokens)
+    ratio = compression_ratio(text)
+    checks = dict(mode="greedy", max_len_ratio=2.0, logprob_threshold=-1e9, beam=3)
+    strict = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, temperature_increment=0.25,
+                        compression_ratio_threshold=max(1.0, ratio - 0.01), **checks)
+    [[kept]] = strict.recognize(feats, lens)
+    t = kept.parts.get("temperature")
+    assert t in (0.25, 0.5, 0.75, 1.0)
+    at_t = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, temperature=t, **checks)
+    assert kept.tokens == at_t.recognize(feats, lens)[0][0].tokens
+    lenient = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, temperature_increment=0.25,
+                         compression_ratio_threshold=ratio + 0.01, **checks)
+    assert lenient.recognize(feats, lens)[0][0].tokens == h.tokens

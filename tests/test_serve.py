@@ -3,7 +3,6 @@ text equals `Recognizer.transcribe`'s in every response format; bad requests get
 while the server keeps serving; concurrent clients each get their own answer; SIGTERM loses no request."""
 
 import json
-import os
 import signal
 import socket
 import subprocess

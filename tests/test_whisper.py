@@ -337,3 +337,34 @@ def test_an_initial_prompt_is_read_as_whisper_reads_it(reference, tmp_path, tiny
         Recognizer(package, device="cpu", threads=1, language="de")
     with pytest.raises(DecodeError, match="only Whisper packages take them"):
         Recognizer(tiny_package / "model.pt", device="cpu", threads=1, initial_prompt="one two")
+
+
+def test_whisper_words_are_timed_by_its_alignment_heads(reference, tmp_path):
+    """No CTC head: `--word-timestamps` reads the alignment heads the checkpoint names (CTranslate2's config.json),
+    and every word of the text gets a time inside its segment, in order, with the decoder's probability."""
+    import numpy as np
+    import soundfile as sf
+
+    from asr_transformer.inference.recognizer import Recognizer
+
+    _, tokenizer_path, special, _ = reference
+    torch.manual_seed(2)
+    model = Whisper(Dims(n_vocab=special["<|notimestamps|>"] + 4, n_audio_ctx=250))  # a 5-s window
+    folder = write_ct2(model, tmp_path / "ct2", tokenizer_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "alignment_heads": [[1, 0], [1, 3]]}))
+    package = tmp_path / "model.pt"
+    import_whisper(folder, package, pad_to_seconds=0)
+    rec = Recognizer(package, device="cpu", threads=1, mode="greedy")
+    assert rec.config.model.alignment_heads == [[1, 0], [1, 3]]
+    t = np.arange(int(3.5 * 16000)) / 16000
+    sf.write(tmp_path / "a.wav", (0.3 * np.sin(2 * np.pi * 440 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(
+        np.float32), 16000)
+    result = rec.transcribe(str(tmp_path / "a.wav"), word_timestamps=True)
+    assert result["text"] == rec.transcribe(str(tmp_path / "a.wav"))["text"] != ""
+    for segment in result["segments"]:
+        words = segment["words"]
+        assert [w["word"] for w in words] == segment["text"].split()
+        assert all(segment["start"] <= w["start"] <= w["end"] <= segment["end"] for w in words)
+        assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
+        assert all(0 < w["probability"] <= 1 for w in words)  # timed by the alignment, not spread

@@ -48,6 +48,12 @@ HELP = {
     "numbers": "How the text writes numbers: digits (15), words (fifteen) or '' (as the model wrote them).",
     "language": "Whisper packages: the language spoken, e.g. de ('' the package's; English-only models take en).",
     "initial_prompt": "Whisper packages: text the decoder reads as what came before (names, spellings, style).",
+    "temperature": "Sample the attention decoder at this temperature, keeping the best of --beam samples (0: the "
+                   "mode's search).",
+    "temperature_increment": "Decode a window again, sampling this much hotter (up to 1), while its text repeats "
+                             "itself or its log-probability is low: whisper's fallback (0: off).",
+    "logprob_threshold": "Fallback when a window's tokens average a log-probability below this.",
+    "compression_ratio_threshold": "Fallback when a window's text compresses (gzip) by more than this: a loop.",
 }
 HOTWORD = typer.Option([], "--hotword", metavar="<str>", rich_help_panel=PANEL,
                        help="A phrase to favour, PHRASE or PHRASE:SCORE; repeatable, added to --hotwords' list.")

@@ -35,8 +35,9 @@ def transcribe(
                                       "each is normalized by the mean of the speech so far in all of them "
                                       "(default: each file its own)."),
     word_timestamps: bool = typer.Option(False, "--word-timestamps", help="Time each word too (CTC forced "
-                                         "alignment): json gets each segment's words, srt/vtt a cue per word, "
-                                         "tsv a row per word."),
+                                         "alignment; without a CTC head, as Whisper: the decoder's cross-attention "
+                                         "by dynamic time warping): json gets each segment's words, srt/vtt a cue "
+                                         "per word, tsv a row per word."),
     stream: bool = typer.Option(False, "--stream", help="Live: decode the audio as it arrives (a streaming model), "
                                 "printing partial lines (rewritten in place on a terminal) and a final line per "
                                 "utterance; e.g. `sox -d -t wav - | asr transcribe --stream - -m model.pt`. Finals: "

@@ -13,6 +13,8 @@ Modes and what a hypothesis' score is:
 (shallow fusion, β = lm_weight), and with a word LM (decode/word_lm.py) also γ·log p_word of each word.
 With hotwords (a context graph, decode/context.py), beam, joint, ctc_beam and rescore add the bonus of the listed
 phrases y contains, and favour them while the search runs; greedy, ctc and maskctc cannot be biased.
+With a temperature above 0 the attention decoder is sampled instead (the best of `beam` draws, no LM, no hotwords),
+and with a temperature increment a window that fails whisper's checks is sampled again, hotter (decode/fallback.py).
 Every mode decodes a whole batch of utterances at once.
 """
 
@@ -24,7 +26,8 @@ from asr_transformer.config import MODES, DecodeConfig, check_modes
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.beam import beam_search, join_pieces, split_at_pauses
 from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
-from asr_transformer.decode.greedy import greedy_search
+from asr_transformer.decode.fallback import fall_back
+from asr_transformer.decode.greedy import greedy_search, sample_search
 from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.errors import DecodeError
 from asr_transformer.frames import chunk_frames
@@ -118,7 +121,7 @@ def _beam(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: Dec
 
 def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
               pre_beam: int | None = None, lm=None, speaker_mean: torch.Tensor | None = None,
-              stats: dict | None = None, context=None) -> list[list[Hypothesis]]:
+              stats: dict | None = None, context=None, text_of=None) -> list[list[Hypothesis]]:
     """Decode a batch of utterances with `opts.mode`.
 
     Args:
@@ -133,6 +136,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
             (`data.features.speaker_means`); without it such a model subtracts each utterance's own mean.
         stats: beam and joint: a dict that the search's work is added to (`beam.beam_search`).
         context: hotwords, a ContextGraph (decode/hotwords.py `context_graph`), in the BIASED_MODES.
+        text_of: tokens → text, for the temperature fallback (`search_encoded`).
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
@@ -146,20 +150,42 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
                                          None if speaker_mean is None else speaker_mean.to(dev),
                                          chunk_frames(opts.chunk_ms, model.cfg.subsampling), opts.left_chunks)
             return search_encoded(model, enc, enc_lens, opts, pre_beam=pre_beam, lm=lm, stats=stats,
-                                  context=context)
+                                  context=context, text_of=text_of)
     finally:
         model.train(was_training)
 
 
 def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
                    pre_beam: int | None = None, lm=None, stats: dict | None = None,
-                   context=None) -> list[list[Hypothesis]]:
+                   context=None, text_of=None) -> list[list[Hypothesis]]:
     """`recognize` after the encoder: enc (B, T', D) and enc_lens (B,) (e.g. a stream's chunks, `encode_chunk`)
-    → per utterance its n-best, as `recognize` (the model in eval mode, under inference_mode)."""
+    → per utterance its n-best, as `recognize` (the model in eval mode, under inference_mode). With
+    opts.temperature_increment and `text_of` (tokens → text), the windows that fail are decoded again, hotter
+    (decode/fallback.py)."""
     mode = check_modes(opts.mode)[0]
-    nbest = max(1, min(opts.nbest, opts.beam))
+    if (opts.temperature > 0 or opts.temperature_increment > 0) and model.cfg.decoder_layers == 0:
+        raise DecodeError("temperature: sampling draws from the attention decoder, which this model does not have")
     if enc.size(1) == 0:  # every utterance too short to give one encoder frame
         return [[Hypothesis([], 0.0)] for _ in range(enc.size(0))]
+    first = _search(model, enc, enc_lens, mode, opts, pre_beam, lm, stats, context)
+    if text_of is None or opts.temperature_increment <= 0:
+        return first
+
+    def decode_at(rows: list[int], temperature: float) -> list[list[Hypothesis]]:
+        index = torch.tensor(rows, device=enc.device)
+        return sample_search(model, enc[index], enc_lens[index.to(enc_lens.device)], temperature, opts.beam,
+                             opts.max_len_ratio)
+
+    return fall_back(first, decode_at, text_of, opts)
+
+
+def _search(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: DecodeConfig, pre_beam, lm, stats,
+            context) -> list[list[Hypothesis]]:
+    """One search of `mode` (or sampling, at opts.temperature above 0) over a batch's encoder output."""
+    nbest = max(1, min(opts.nbest, opts.beam))
+    if opts.temperature > 0:
+        return [h[:nbest] for h in sample_search(model, enc, enc_lens, opts.temperature, opts.beam,
+                                                 opts.max_len_ratio)]
     if mode == "greedy":
         return greedy_search(model, enc, enc_lens, opts.max_len_ratio)
     if mode in ("beam", "joint"):

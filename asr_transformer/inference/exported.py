@@ -224,7 +224,11 @@ class ExportedRecognizer:
         if options.get("hotwords"):
             raise ExportError("hotwords: an export decodes without them (onnxruntime's search has no context graph); "
                               "use the model package")
-        self.options = replace(self.config.decode, **{**options, "hotwords": []})  # a package's list: unused here
+        if options.get("temperature") or options.get("temperature_increment"):
+            raise ExportError("temperature: an export does not sample; use the model package")
+        # a package's hotwords and fallback: unused here
+        self.options = replace(self.config.decode, **{**options, "hotwords": [], "temperature": 0.0,
+                                                      "temperature_increment": 0.0})
         self.modes = EXPORTED_MODES if self.config.model.ctc else ("greedy",)  # no CTC head: the decoder alone
         self._check_mode(self.options.mode)
         self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])

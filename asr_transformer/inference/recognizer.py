@@ -189,7 +189,8 @@ class Recognizer:
         `mode` overrides the options' mode; the LMs take part in the modes that fuse one (beam, joint, rescore);
         speaker_mean (B, F) as `search.recognize`."""
         opts, lm = self._mode_options(mode)
-        return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean, context=self.context)
+        return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean, context=self.context,
+                         text_of=lambda tokens: self.text(tokens, opts.mode))
 
     def _mode_options(self, mode: str | None, **changes) -> tuple[DecodeConfig, object]:
         """(the options with `mode` (default: theirs) and `changes`, the LM that mode fuses or None): the LMs take
@@ -213,7 +214,7 @@ class Recognizer:
         opts, lm = self._mode_options(mode, nbest=1)
         with torch.inference_mode():
             return search_encoded(self.model, enc, torch.tensor([enc.size(1)], device=enc.device), opts, lm=lm,
-                                  context=self.context)[0][0]
+                                  context=self.context, text_of=lambda tokens: self.text(tokens, opts.mode))[0][0]
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,
@@ -244,6 +245,33 @@ class Recognizer:
             log_probs = self.model.ctc_log_probs(enc).cpu().numpy()
         return ([h[0] if h else Hypothesis([], float("-inf")) for h in hyps],
                 [lp[:n] for lp, n in zip(log_probs, enc_lens.tolist())])
+
+    def decode_waves_with_attention(self, waves: list[np.ndarray],
+                                    speaker=None) -> tuple[list[Hypothesis], list[tuple[np.ndarray, np.ndarray]]]:
+        """As `decode_waves`, and for each utterance what times its words without a CTC head: its hypothesis
+        read again by the decoder, giving the `attention_align.alignment_matrix` (L + 1, T') of the alignment
+        heads over the frames of its audio, and the decoder's probability of each of its L tokens."""
+        from asr_transformer.decode.attention_align import alignment_matrix
+        from asr_transformer.tokens import EOS, SOS
+
+        feats, lens, speaker_mean = self._batch(waves, speaker)
+        hyps = [h[0] if h else Hypothesis([], float("-inf")) for h in self.recognize(feats, lens,
+                                                                                     speaker_mean=speaker_mean)]
+        hop = self.config.features.sample_rate * self.config.features.frame_shift_ms / 1000
+        out = []
+        with torch.inference_mode():
+            enc, enc_lens = self.model.encode(feats, lens.to(self.device), speaker_mean)
+            for b, (hyp, wave) in enumerate(zip(hyps, waves)):
+                n = int(enc_lens[b])
+                tokens = torch.tensor([[SOS] + hyp.tokens], device=self.device)
+                weights, logits = self.model.decoder.alignment(
+                    enc[b:b + 1, :n], torch.ones(1, n, dtype=torch.bool, device=self.device), tokens,
+                    torch.tensor([tokens.size(1)], device=self.device), self.config.model.alignment_heads)
+                probs = torch.softmax(logits[0].float(), -1).gather(
+                    1, torch.tensor(hyp.tokens + [EOS], device=self.device).unsqueeze(1)).squeeze(1)
+                frames = min(n, int(np.ceil(len(wave) / hop / self.config.model.subsampling)))  # not the padding
+                out.append((alignment_matrix(weights[0].float().cpu().numpy(), frames), probs[:-1].cpu().numpy()))
+        return hyps, out
 
     def _batch(self, waves: list[np.ndarray],
                speaker=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

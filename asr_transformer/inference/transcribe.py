@@ -162,7 +162,9 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None,
     its CTC log-probs and give each segment its "words"."""
     waves = [s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
              for s in segments]
-    if word_timestamps:
+    if word_timestamps and not recognizer.config.model.ctc and hasattr(recognizer, "decode_waves_with_attention"):
+        hyps, log_probs = recognizer.decode_waves_with_attention(waves, speaker)  # (alignment matrix, token probs)
+    elif word_timestamps:
         hyps, log_probs = recognizer.decode_waves_with_ctc(waves, speaker)
     else:
         hyps, log_probs = recognizer.decode_waves(waves, speaker), [None] * len(waves)
@@ -175,18 +177,25 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None,
         score = float(best.score)
         out.append({"start": round(s.start, 3), "end": round(s.end, 3), "text": text,
                     "score": score if math.isfinite(score) else None})
+        if "temperature" in best.parts:  # sampled: the temperature fallback's try
+            out[-1]["temperature"] = best.parts["temperature"]
         if word_timestamps:
             out[-1]["words"] = _words(recognizer, s, best.tokens, text, lp)
     return out
 
 
-def _words(recognizer, segment: Segment, tokens: list[int], text: str, log_probs: np.ndarray) -> list[dict]:
-    """The words of a segment's `text`, timed by aligning its `tokens` to its CTC log-probs (T', V)."""
+def _words(recognizer, segment: Segment, tokens: list[int], text: str, alignment) -> list[dict]:
+    """The words of a segment's `text`, timed by aligning its `tokens` to its CTC log-probs (T', V), or without a
+    CTC head by the decoder's attention: `alignment` = (alignment matrix, token probabilities)."""
     from asr_transformer.decode.align import FrameClock, word_timestamps
+    from asr_transformer.decode.attention_align import attention_word_timestamps
 
     clock = FrameClock.of(recognizer.config.features, recognizer.config.model.subsampling)
-    return word_timestamps(log_probs, tokens, recognizer.tokenizer.pieces(tokens), text.split(), clock,
-                           offset=segment.audio_start, bounds=(segment.start, segment.end))
+    where = dict(clock=clock, offset=segment.audio_start, bounds=(segment.start, segment.end))
+    if isinstance(alignment, tuple):
+        return attention_word_timestamps(*alignment, tokens, recognizer.tokenizer.word_pieces(tokens), text.split(),
+                                         **where)
+    return word_timestamps(alignment, tokens, recognizer.tokenizer.pieces(tokens), text.split(), **where)
 
 
 def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_SEGMENT,

@@ -7,7 +7,8 @@ The decoder owns every way of running it:
 - `Decoder.step`: one new position at a time, with a key/value cache (greedy and beam search);
 - `Decoder.cross_kv` + `Decoder.forward_kv`: whole sequences with the encoder output projected to the
   cross-attention keys/values once and reused (Mask-CTC's iterations, rescoring an n-best list);
-- `Decoder.cross_attention`: a layer's cross-attention weights, for plots.
+- `Decoder.cross_attention`: a layer's cross-attention weights, for plots;
+- `Decoder.alignment`: the alignment heads' cross-attention weights, for word times without a CTC head.
 
 A decoder with a prompt (`model.decoder_prompt`, Whisper's start sequence) reads those ids before BEGIN in every
 pass; the caller never sees them: inputs and outputs are the positions from BEGIN on. In decoding (`step`) the
@@ -229,6 +230,27 @@ class Decoder(nn.Module):
         for below in layers[:-1]:
             x, _ = below(x, mask, enc, memory_mask)
         return layers[-1].cross_attention_weights(x, mask, enc, memory_mask)[:, :, self.prompt_len:]
+
+    def alignment(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor,
+                  heads: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced `tokens` (arguments as `forward`, causal) → the cross-attention weights of `heads`
+        ([layer, head] pairs; [] every head of the upper half of the layers), (B, heads, L, T'), and the logits
+        (B, L, vocab): what word timestamps without a CTC head are read from (decode/attention_align.py)."""
+        if not heads:
+            heads = [[i, h] for i in range(len(self.layers) // 2, len(self.layers))
+                     for h in range(self.layers[i].src_attn.heads)]
+        tokens, token_lens = self._with_prompt(tokens, token_lens)
+        mask = self._self_mask(tokens, token_lens, causal=True)
+        x = self.pos(self.embed(tokens))
+        memory_mask = enc_mask.unsqueeze(1)
+        maps = []
+        for i, layer in enumerate(self.layers):
+            chosen = [h for layer_index, h in heads if layer_index == i]
+            if chosen:
+                maps.append(layer.cross_attention_weights(x, mask, enc, memory_mask)[:, chosen])
+            x, _ = layer(x, mask, enc, memory_mask)
+        logits = self.output(self.norm(self._after_prompt(x)))
+        return torch.cat(maps, 1)[:, :, self.prompt_len:], logits
 
     def set_prompt(self, ids: list[int]) -> None:
         """Read `ids` before BEGIN from now on (a Whisper language or initial prompt); a fixed position table

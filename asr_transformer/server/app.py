@@ -350,7 +350,7 @@ async def _alone(loop, slot: ModelSlot, job: Job):
 def _transcribe(recognizer, audios: list[bytes], words: bool, hotwords: tuple[str, ...], prompt: str) -> list[dict]:
     """Runs on the model's thread: several files decoded together (`transcribe_many`), with the request's prompt
     read in place of the model's own. A UserError (audio that does not decode, hotwords the model cannot write, a
-    prompt too long, word times without a CTC head) becomes a 400/422 naming it."""
+    prompt too long) becomes a 400/422 naming it."""
     from asr_transformer.inference.transcribe import transcribe_many
 
     if hotwords and not hasattr(recognizer, "with_hotwords"):

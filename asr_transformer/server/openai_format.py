@@ -10,8 +10,8 @@ avg_logprob, compression_ratio) and, when word granularity is asked, the words w
 from __future__ import annotations
 
 import json
-import zlib
 
+from asr_transformer.decode.fallback import compression_ratio
 from asr_transformer.inference.writers import to_srt, to_vtt
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -25,12 +25,6 @@ def error_body(message: str, kind: str = "invalid_request_error", param: str | N
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def compression_ratio(text: str) -> float:
-    """Bytes of the text over bytes of its zlib compression (whisper's repetition check: high means looping)."""
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data)) if data else 0.0
-
-
 def verbose(result: dict, words: bool) -> dict:
     """verbose_json of a transcript (`Recognizer.transcribe`'s dict). avg_logprob: the segment's score over its
     characters (the toolkit scores hypotheses, not tokens one by one), null where it has none."""
@@ -38,7 +32,7 @@ def verbose(result: dict, words: bool) -> dict:
     for i, s in enumerate(result.get("segments") or []):
         score = s.get("score")
         segments.append({"id": i, "seek": 0, "start": round(float(s["start"]), 3), "end": round(float(s["end"]), 3),
-                         "text": s["text"], "temperature": 0.0,
+                         "text": s["text"], "temperature": s.get("temperature", 0.0),
                          "avg_logprob": None if score is None else float(score) / max(1, len(s["text"])),
                          "compression_ratio": compression_ratio(s["text"])})
     body = {"task": "transcribe", "language": "english", "duration": round(float(result.get("duration", 0.0)), 3),

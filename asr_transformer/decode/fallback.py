@@ -1,0 +1,66 @@
+"""Whisper's temperature fallback: a window the search got wrong in an obvious way is decoded again, hotter.
+
+A window fails when its text repeats itself (the gzip compression ratio of its text above
+`compression_ratio_threshold`: a decoder caught in a loop) or when its tokens average a log-probability below
+`logprob_threshold` (the model is unsure of what it wrote). Each failed window is decoded again by sampling
+(`greedy.sample_search`, the best of `beam` draws) at `temperature + temperature_increment`, then hotter, up to 1.0.
+A window that never passes keeps its best try, as faster-whisper does: among the tries that do not loop (all of
+them if every one loops), the one of the highest average log-probability.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Callable
+
+from asr_transformer.config import DecodeConfig
+from asr_transformer.decode import Hypothesis
+from asr_transformer.decode.greedy import average_log_prob
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of the text over bytes of its zlib compression (whisper's repetition check: high means looping)."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def loops(text: str, opts: DecodeConfig) -> bool:
+    return compression_ratio(text) > opts.compression_ratio_threshold
+
+
+def failed(h: Hypothesis, text: str, opts: DecodeConfig) -> bool:
+    """Whether a window's best hypothesis calls for a hotter try."""
+    return loops(text, opts) or average_log_prob(h) < opts.logprob_threshold
+
+
+def temperatures(opts: DecodeConfig) -> list[float]:
+    """The temperatures of the tries after the first: the options' temperature plus 1, 2, … increments, to 1.0."""
+    if opts.temperature_increment <= 0:
+        return []
+    steps = int((1.0 - opts.temperature) / opts.temperature_increment + 1e-6)
+    return [round(opts.temperature + k * opts.temperature_increment, 6) for k in range(1, steps + 1)]
+
+
+def fall_back(first: list[list[Hypothesis]], decode_at: Callable[[list[int], float], list[list[Hypothesis]]],
+              text_of: Callable[[list[int]], str], opts: DecodeConfig) -> list[list[Hypothesis]]:
+    """first: per window its n-best from the first search; decode_at(windows, temperature) → those windows' n-best
+    at that temperature; text_of(tokens) → the text the window would give. → per window its n-best: the first's
+    where it passed, else the try that passed (or the best try) alone."""
+    tries = [[hyps[0]] if hyps else [] for hyps in first]
+    todo = [i for i, t in enumerate(tries) if t and failed(t[0], text_of(t[0].tokens), opts)]
+    for temperature in temperatures(opts):
+        if not todo:
+            break
+        for i, hyps in zip(todo, decode_at(todo, temperature)):
+            tries[i].append(hyps[0])
+        todo = [i for i in todo if failed(tries[i][-1], text_of(tries[i][-1].tokens), opts)]
+    out = list(first)
+    for i, t in enumerate(tries):
+        if len(t) == 1:
+            continue
+        passed = t[-1] if i not in todo else None
+        if passed is None:
+            fluent = [h for h in t if not loops(text_of(h.tokens), opts)] or t
+            passed = max(fluent, key=average_log_prob)
+        out[i] = [passed]
+    return out
