@@ -229,7 +229,7 @@ class Recognizer:
         to it first, and all are normalized by its mean (see `transcribe.transcribe`)."""
         feats, lens, speaker_mean = self._batch(waves, speaker)
         hyps = self.recognize(feats, lens, speaker_mean=speaker_mean)
-        return [h[0] if h else Hypothesis([], float("-inf")) for h in hyps]
+        return _best(hyps)
 
     def decode_waves_with_ctc(self, waves: list[np.ndarray],
                               speaker=None) -> tuple[list[Hypothesis], list[np.ndarray]]:
@@ -243,7 +243,7 @@ class Recognizer:
         with torch.inference_mode():
             enc, enc_lens = self.model.encode(feats, lens.to(self.device), speaker_mean)
             log_probs = self.model.ctc_log_probs(enc).cpu().numpy()
-        return ([h[0] if h else Hypothesis([], float("-inf")) for h in hyps],
+        return (_best(hyps),
                 [lp[:n] for lp, n in zip(log_probs, enc_lens.tolist())])
 
     def decode_waves_with_attention(self, waves: list[np.ndarray],
@@ -255,8 +255,7 @@ class Recognizer:
         from asr_transformer.tokens import EOS, SOS
 
         feats, lens, speaker_mean = self._batch(waves, speaker)
-        hyps = [h[0] if h else Hypothesis([], float("-inf")) for h in self.recognize(feats, lens,
-                                                                                     speaker_mean=speaker_mean)]
+        hyps = _best(self.recognize(feats, lens, speaker_mean=speaker_mean))
         hop = self.config.features.sample_rate * self.config.features.frame_shift_ms / 1000
         out = []
         with torch.inference_mode():
@@ -413,3 +412,8 @@ class Recognizer:
             "word_lm_order": word_lm.order if word_lm is not None else None,
             "word_lm_weight": self.options.word_lm_weight if word_lm is not None else None,
             "options": vars(replace(self.options, mode=mode))}
+
+
+def _best(nbest_lists: list[list[Hypothesis]]) -> list[Hypothesis]:
+    """Each utterance's best hypothesis (an empty one scored -inf where its list is empty)."""
+    return [hyps[0] if hyps else Hypothesis([], float("-inf")) for hyps in nbest_lists]

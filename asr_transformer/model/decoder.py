@@ -222,14 +222,9 @@ class Decoder(nn.Module):
                         token_lens: torch.Tensor, layer: int = -1) -> torch.Tensor:
         """Where the decoder looks: the cross-attention weights of layer `layer` (default the last) for the
         teacher-forced `tokens` (arguments as `forward`, causal), (B, H, L, T'). The model is not modified."""
-        tokens, token_lens = self._with_prompt(tokens, token_lens)
-        mask = self._self_mask(tokens, token_lens, causal=True)
-        x = self.pos(self.embed(tokens))
-        memory_mask = enc_mask.unsqueeze(1)
-        layers = self.layers[: range(len(self.layers))[layer] + 1]
-        for below in layers[:-1]:
-            x, _ = below(x, mask, enc, memory_mask)
-        return layers[-1].cross_attention_weights(x, mask, enc, memory_mask)[:, :, self.prompt_len:]
+        index = range(len(self.layers))[layer]
+        heads = [[index, h] for h in range(self.layers[index].src_attn.heads)]
+        return self.alignment(enc, enc_mask, tokens, token_lens, heads)[0]
 
     def alignment(self, enc: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor,
                   heads: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
