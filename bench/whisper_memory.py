@@ -1,5 +1,6 @@
 """Whisper packages: peak memory and time of `asr transcribe` on 11-, 83- and 333-s inputs, and the size of each
-file a Whisper user keeps (imported package, fine-tuned package, training checkpoints).
+file a Whisper user keeps (imported package, fine-tuned package, training checkpoints, with --export its ONNX
+exports).
 
     python bench/whisper_memory.py recipes/kathleen/exp/whisper_tiny/zeroshot/model.pt \
         recipes/kathleen/data/general_english/test.jsonl --files recipes/kathleen/exp/whisper_tiny/model.pt \
@@ -56,6 +57,11 @@ def inputs(manifest: Path, folder: Path) -> dict[int, Path]:
     return files
 
 
+def size(path: Path) -> int:
+    """Bytes of a file, or of every file in a folder."""
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
 def measure(command: list[str]) -> dict:
     """Run `command` in a fresh process → its peak resident memory (MB) and wall time (s)."""
     start = time.perf_counter()
@@ -75,6 +81,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=Path(__file__).with_name("whisper_memory.json"))
     parser.add_argument("--sizes-only", action="store_true", help="measure the sizes again, keep --json's runs")
+    parser.add_argument("--export", action="store_true", help="also size the package's ONNX exports (fp32, int8)")
     args = parser.parse_args()
 
     from asr_transformer.whisper import WHISPER_BATCH
@@ -88,7 +95,12 @@ def main() -> None:
                            "--batch-size", str(batch_size)]
                 runs.append({"input_seconds": seconds, "batch_size": batch_size, **measure(command)})
                 print(runs[-1], flush=True)
-    sizes = {str(p): round(p.stat().st_size / 1e6, 1) for p in [args.package, *args.files]}
+        sizes = {str(p): round(size(p) / 1e6, 1) for p in [args.package, *args.files]}
+        for int8 in (False, True) if args.export else ():
+            folder = Path(tmp) / ("onnx_int8" if int8 else "onnx")
+            subprocess.run([asr, "export", str(args.package), "--out", str(folder)] + ["--int8"] * int8,
+                           check=True, stdout=subprocess.DEVNULL)
+            sizes[f"asr export {'--int8 ' * int8}(ONNX folder)"] = round(size(folder) / 1e6, 1)
     command = " ".join(a for a in sys.argv[1:] if a != "--sizes-only")
     report = {"command": "python bench/whisper_memory.py " + command, "package": str(args.package),
               "threads": args.threads, "cpu": cpu_name(), "runs": runs,

@@ -13,7 +13,6 @@ ends (seconds), their mean signed difference (attention − CTC: the bias), and 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from asr_transformer.inference.transcribe import _words  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bounded_search import cpu_name  # noqa: E402
-from repo_paths import in_repository  # noqa: E402
+from repo_paths import command_line, in_repository, report  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -58,17 +57,14 @@ def main(argv=None) -> dict:
     bias = (float(np.mean(starts)), float(np.mean(ends)))
     starts, ends = np.abs(starts), np.abs(ends)
     both = np.maximum(starts, ends)
-    result = {"command": "python bench/word_times.py " + " ".join(in_repository(a) for a in (argv or sys.argv[1:])),
+    result = {"command": command_line("word_times.py", argv or sys.argv[1:]),
               "model": in_repository(args.model), "manifest": in_repository(args.manifest), "utterances": len(utts),
               "words": int(starts.size), "start_mean": round(float(starts.mean()), 3),
               "start_median": round(float(np.median(starts)), 3), "start_bias": round(bias[0], 3), "end_mean": round(float(ends.mean()), 3),
               "end_median": round(float(np.median(ends)), 3), "end_bias": round(bias[1], 3),
               "within_0.1": round(100 * float((both <= 0.1).mean()), 1),
               "within_0.2": round(100 * float((both <= 0.2).mean()), 1), "cpu": cpu_name(), "threads": args.threads}
-    print(json.dumps(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return report(result, args.json)
 
 
 if __name__ == "__main__":

@@ -183,11 +183,12 @@ $(WHISPER_EXP)/train.done: $(ZEROSHOT) $(WHISPER_CONF) $(DATA)/$(WHISPER_TRAIN)
 		--config $(WHISPER_CONF) --threads $(THREADS) --set train.init_from=$(ZEROSHOT) $(WHISPER_TRAIN_ARGS)
 	touch $@
 
-# the best epochs by the config's train.best_metric (keep_best of them), as `asr train` kept them
+# the best epochs by the config's train.best_metric (keep_best of them), as `asr train` kept them; the package in
+# float16, as Whisper is published (half the size; the same hypotheses on the other voices, docs/experiments)
 WHISPER_AVERAGE = --best $$(sed -n 's/^  keep_best: *//p' $(@D)/config.yaml) --by $$(sed -n 's/^  best_metric: *//p' $(@D)/config.yaml)
 $(WHISPER_EXP)/model.pt: $(WHISPER_EXP)/train.done
 	$(ASR) average $(@D) $(WHISPER_AVERAGE) --out $(@D)/averaged.pt
-	$(ASR) package $(@D)/averaged.pt --out $@ --mode beam --beam $(WHISPER_BEAM) --length-penalty 0
+	$(ASR) package $(@D)/averaged.pt --out $@ --mode beam --beam $(WHISPER_BEAM) --length-penalty 0 --fp16-weights
 
 $(WHISPER_EXP)/decode_%/done: $(WHISPER_EXP)/model.pt $(DATA)/%.jsonl
 	$(ASR) decode $< $(DATA)/$*.jsonl --threads $(THREADS) --out $(@D) --no-score

@@ -188,3 +188,21 @@ def test_attention_word_times_follow_where_the_decoder_looked():
     assert words[0]["probability"] == pytest.approx(0.7) and words[1]["probability"] == pytest.approx(0.7)
     assert attention_word_timestamps(matrix, np.ones(3), [5, 6, 7], ["▁a", "b", "▁c"], ["ab"], clock, 1.0,
                                      (1.0, 1.7))[0]["probability"] is None  # words and tokens that do not pair
+
+
+def test_long_words_give_their_pauses_back_at_sentence_and_segment_edges():
+    """A word longer than twice the median keeps that length: cut from its start when it ends a sentence or the
+    segment, from its end when it starts one; a long word inside a sentence is left as it is."""
+    from asr_transformer.decode.attention_align import clamp_long_words
+
+    words = ["so", "my", "fellow", "americans.", "ask", "not", "what", "your", "great", "country"]
+    spans = [[0.0, 2.0], [2.0, 2.3], [2.3, 2.7], [2.7, 5.0], [5.0, 5.3], [5.3, 6.5], [6.5, 6.8], [6.8, 7.1],
+             [7.1, 7.4], [7.4, 9.6]]
+    clamp_long_words(spans, words)
+    longest = 0.35 * 2  # twice the lengths' median (0.35 s)
+    assert sum(spans, []) == pytest.approx(sum([[2.0 - longest, 2.0], [2.0, 2.3], [2.3, 2.7], [2.7, 2.7 + longest],
+                                                [5.0, 5.3], [5.3, 6.5], [6.5, 6.8], [6.8, 7.1], [7.1, 7.4],
+                                                [7.4, 7.4 + longest]], []))
+    slow = [[0.0, 3.0], [3.0, 6.0]]  # every word long: the median caps at 0.7 s, so 1.4 s each
+    clamp_long_words(slow, ["slow.", "words"])
+    assert sum(slow, []) == pytest.approx([0.0, 1.4, 3.0, 4.4])  # ends of a sentence, of the segment

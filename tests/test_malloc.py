@@ -56,6 +56,34 @@ def test_reexecuted_process_reuses_freed_memory_without_page_faults(tuned):
             assert int(faults) > 8000
 
 
+RELEASE = textwrap.dedent("""
+    import os, sys
+    from asr_transformer import malloc
+    malloc.apply()
+    import torch
+
+    def resident_mb():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    blocks = [torch.empty(2**20).fill_(1.0) for _ in range(256)]  # 1 GiB in 4-MiB blocks, then freed
+    del blocks
+    held = resident_mb()
+    malloc.release_free_memory()
+    print(held, resident_mb())
+""")
+
+
+@pytest.mark.skipif(not (malloc._libc() or "").startswith("glibc"), reason="needs glibc")
+def test_freed_memory_held_by_the_tunables_goes_back_when_released():
+    """With the tunables a process keeps what it frees (so a long transcription's peak grows); releasing it
+    between batches gives it back."""
+    env = {"ASR_MALLOC_TUNING": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True, env=env, check=True)
+    held, released = map(float, out.stdout.split())
+    assert held > released + 700, (held, released)
+
+
 def test_help_names_the_opt_out():
     from typer.testing import CliRunner
 

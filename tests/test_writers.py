@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from asr_transformer.inference.cues import CueOptions
 from asr_transformer.inference.writers import FORMATS, format_result, format_timestamp, write_result
 
 RESULT = {
@@ -127,16 +128,29 @@ WORDS = {
 }
 
 
-def test_word_timestamps_give_a_cue_and_a_row_per_word():
-    spans = [(100, 600, "Hello"), (800, 1400, "world"), (61200, 61700, "Tom")]
-    srt = format_result(WORDS, "srt")
-    assert [b.split("\n")[0] for b in srt.strip("\n").split("\n\n")] == ["1", "2", "3"]
-    assert [(round(a * 1000), round(b * 1000), t) for a, b, t in parse_cues(srt, ",")] == spans
-    vtt = format_result(WORDS, "vtt")
-    assert [(round(a * 1000), round(b * 1000), t) for a, b, t in parse_cues(vtt[len("WEBVTT\n\n"):], ".")] == spans
-    rows = [line.split("\t") for line in format_result(WORDS, "tsv").splitlines()]
-    assert rows == [["start", "end", "text"], *[[str(a), str(b), t] for a, b, t in spans]]
+def test_word_timestamps_cut_segments_into_cues_and_rows():
+    """Timed words: cues of a few words each (here each segment fits one cue), or one per word when asked."""
+    for options, spans in ((CueOptions(), [(100, 1400, "Hello world"), (61200, 61700, "Tom")]),
+                           (CueOptions(max_words_per_cue=1),
+                            [(100, 600, "Hello"), (800, 1400, "world"), (61200, 61700, "Tom")])):
+        srt = format_result(WORDS, "srt", options)
+        assert [b.split("\n")[0] for b in srt.strip("\n").split("\n\n")] == [str(i + 1) for i in range(len(spans))]
+        assert [(round(a * 1000), round(b * 1000), t) for a, b, t in parse_cues(srt, ",")] == spans
+        vtt = format_result(WORDS, "vtt", options)
+        assert [(round(a * 1000), round(b * 1000), t)
+                for a, b, t in parse_cues(vtt[len("WEBVTT\n\n"):], ".")] == spans
+        rows = [line.split("\t") for line in format_result(WORDS, "tsv", options).splitlines()]
+        assert rows == [["start", "end", "text"], *[[str(a), str(b), t] for a, b, t in spans]]
     assert format_result(WORDS, "txt") == "Hello world\nTom\n"  # txt: a line per segment either way
+
+
+def test_a_cue_of_two_lines_is_written_on_two_lines():
+    words = [{"word": w, "start": i * 0.5, "end": i * 0.5 + 0.4} for i, w in enumerate("one two three four".split())]
+    result = {"text": "one two three four", "segments": [{"start": 0.0, "end": 2.0, "text": "one two three four",
+                                                          "words": words}]}
+    options = CueOptions(max_line_width=8)
+    assert parse_cues(format_result(result, "srt", options), ",") == [(0.0, 1.4, "one two\nthree"), (1.5, 1.9, "four")]
+    assert format_result(result, "tsv", options).splitlines()[1:] == ["0\t1400\tone two three", "1500\t1900\tfour"]
 
 
 def test_json_keeps_the_words_inside_each_segment():

@@ -81,19 +81,22 @@ def output_names(audio: list[str]) -> list[str]:
 
 
 def write_transcript(result: dict, label: str, basename: str, output_dir: Optional[Path], output_format: str,
-                     several: bool) -> bool:
+                     several: bool, cue_options=None) -> bool:
     """A result to stdout (no --out: txt as text, `<label>\t<text>` with several inputs; another format whole), or
-    to files `basename`.<ext> in `output_dir`. → False after an `error:` line when they cannot be written."""
+    to files `basename`.<ext> in `output_dir`; subtitles cut by `cue_options` (a `CueOptions`; None: defaults).
+    → False after an `error:` line when they cannot be written."""
+    from asr_transformer.inference.cues import CueOptions
     from asr_transformer.inference.writers import format_result, write_result
 
+    cue_options = cue_options or CueOptions()
     if output_dir is None:
         if output_format == "txt":
             typer.echo(f"{label}\t{result['text']}" if several else result["text"])
         else:
-            typer.echo(format_result(result, output_format), nl=False)
+            typer.echo(format_result(result, output_format, cue_options), nl=False)
         return True
     try:
-        paths = write_result(result, output_dir, basename, output_format)
+        paths = write_result(result, output_dir, basename, output_format, cue_options)
     except OSError as e:
         typer.secho(f"error: {label}: cannot write output to {output_dir} ({e})", fg="red", err=True)
         return False

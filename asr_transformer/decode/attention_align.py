@@ -11,7 +11,8 @@ Whisper window is padded to 30 s) and renormalized, standardized per head along 
 everywhere counts little), median-filtered along time (width 7), averaged over the heads. `dtw` finds the
 monotonic path through it that collects the most weight (each step: next token, next frame, or both). A token's
 time is the frame where the path first reaches its row; a word runs from its first token's time to the time of
-the token after its last (the end's row for the last word).
+the token after its last (the end's row for the last word); `clamp_long_words` then takes pauses out of the words
+around them.
 
 No PyTorch here (numpy only).
 """
@@ -23,6 +24,8 @@ import numpy as np
 from asr_transformer.decode.align import FrameClock, _spread, word_groups
 
 MEDIAN_WIDTH = 7  # frames, as whisper's medfilt_width
+MAX_MEDIAN_WORD = 0.7  # seconds: the median word length `clamp_long_words` takes at most, as whisper
+SENTENCE_ENDS = (".", "?", "!", "…", "。", "！", "？")
 
 
 def alignment_matrix(weights: np.ndarray, frames: int, width: int = MEDIAN_WIDTH) -> np.ndarray:
@@ -88,11 +91,32 @@ def attention_word_timestamps(matrix: np.ndarray, token_probs: np.ndarray, token
     first = np.full(len(tokens) + 1, -1)
     for r, c in zip(rows[::-1], cols[::-1]):  # the first frame of each row on the path
         first[r] = c
-    out = []
-    for word, group in zip(words, groups):
+    spans = []
+    for group in groups:
         start = min(max(offset + clock.first + float(first[group[0]]) * clock.shift, bounds[0]), bounds[1])
         end = min(max(offset + clock.first + float(first[group[-1] + 1]) * clock.shift, start), bounds[1])
-        probability = float(np.mean([token_probs[k] for k in group]))
-        out.append({"word": word, "start": round(start, 3), "end": round(end, 3),
-                    "probability": round(probability, 4)})
-    return out
+        spans.append([start, end])
+    clamp_long_words(spans, words)
+    return [{"word": word, "start": round(start, 3), "end": round(end, 3),
+             "probability": round(float(np.mean([token_probs[k] for k in group])), 4)}
+            for word, (start, end), group in zip(words, spans, groups)]
+
+
+def clamp_long_words(spans: list[list[float]], words: list[str]) -> None:
+    """Cut the pauses the alignment gives to the words around them, in place (as openai-whisper does).
+
+    Attention has no frame for silence, so the word before a pause tends to last until the next word starts, and
+    the word after one to start where the last ended. A word longer than twice the median word length (the
+    median taken at most 0.7 s) keeps that length and no more: from its start when it ends a sentence or the
+    segment, from its end when it starts the segment or follows a sentence end."""
+    lengths = [end - start for start, end in spans if end > start]
+    if not lengths:
+        return
+    longest = 2 * min(MAX_MEDIAN_WORD, float(np.median(lengths)))
+    for k, (word, span) in enumerate(zip(words, spans)):
+        if span[1] - span[0] <= longest:
+            continue
+        if k == len(words) - 1 or word.endswith(SENTENCE_ENDS):
+            span[1] = span[0] + longest
+        elif k == 0 or words[k - 1].endswith(SENTENCE_ENDS):
+            span[0] = span[1] - longest

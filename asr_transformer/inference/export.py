@@ -12,6 +12,7 @@
                        → log_probs (N, V) of the next token, self_kv_out_i (N, L + 1, 2D)
     decoder.onnx       tokens (N, L) int64 (<sos> first), token_lens (N,), enc_mask (N, T'), cross_kv_i
                        → log_probs (N, L, V): every position at once, for attention rescoring
+    weights.bin        the graphs' weights, each stored once (`onnx_weights.py`: the decoder graphs share theirs)
     tokenizer.bin      the tokenizer (a sentencepiece model, or a phone tokenizer's lexicon)
     export.json        format and version, the config (features, model shape, decoding defaults), the
                        tokenizer's metadata, the files and their precision
@@ -177,6 +178,11 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
                 with torch.inference_mode(False), torch.no_grad():
                     torch.jit.save(torch.jit.trace(module, inputs, check_trace=False), str(tmp))
             os.replace(tmp, target)
+    if fmt == "onnx":  # the decoder graphs' weights (a tied embedding above all) stored once, beside them
+        from asr_transformer.inference.onnx_weights import WEIGHTS, share_weights
+
+        share_weights(out, list(files.values()))
+        files["weights"] = WEIGHTS
     with atomic_open(out / "tokenizer.bin", "wb") as f:
         f.write(tokenizer.model_bytes)
     write_json(out / "export.json", {

@@ -3,8 +3,9 @@
 A result is ``{"text": str, "segments": [{"start": s, "end": s, "text": str, "score"?: float, "words"?: [...]}],
 "language"?: str}`` with times in seconds. Segments with word timestamps (`asr transcribe --word-timestamps`)
 carry ``"words": [{"word", "start", "end", "probability"}]``: json keeps them inside each segment (Whisper's
-layout), srt and vtt then give one cue per word and tsv one row per word (Whisper instead keeps a cue per segment
-and can highlight the word being spoken); txt is the same either way.
+layout); srt, vtt and tsv then cut each segment into cues of a few words (`cues.py`: two lines of at most 42
+characters unless `CueOptions` say otherwise; Whisper's `--max_line_width` and `--max_words_per_line`); txt is
+the same either way.
 
 A decoded manifest (`asr decode`) is written by `write_decoding`, into folders `check_writable` checked before the
 decoding (decode_inputs.py checks the manifest and applies the policy for utterances that cannot be decoded).
@@ -20,6 +21,7 @@ from typing import Callable
 
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import atomic_open
+from asr_transformer.inference.cues import CueOptions, cues
 
 FORMATS = ("txt", "json", "srt", "vtt", "tsv")
 
@@ -52,15 +54,6 @@ def to_txt(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cues(result: dict) -> list[tuple[float, float, str]]:
-    """(start, end, text) of each cue: each word where the segments have word timestamps, else each segment."""
-    cues = []
-    for s in result.get("segments") or []:
-        parts = s["words"] if "words" in s else [{"start": s["start"], "end": s["end"], "word": s["text"]}]
-        cues += [(p["start"], p["end"], p["word"]) for p in parts]
-    return cues
-
-
 def _json_word(word: dict) -> dict:
     p = word.get("probability")
     return {"word": word["word"], "start": round(float(word["start"]), 3), "end": round(float(word["end"]), 3),
@@ -83,31 +76,31 @@ def to_json(result: dict) -> str:
     return json.dumps(out, ensure_ascii=False, indent=2) + "\n"
 
 
-def to_srt(result: dict) -> str:
-    """SubRip: 1-based index, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, text, blank line; a cue per segment (per word
-    with word timestamps)."""
-    cues = []
-    for i, (start, end, text) in enumerate(_cues(result), start=1):
-        cues.append(f"{i}\n{format_timestamp(start, ',')} --> {format_timestamp(end, ',')}\n{_cue_text(text)}\n\n")
-    return "".join(cues)
+def to_srt(result: dict, cue_options: CueOptions = CueOptions()) -> str:
+    """SubRip: 1-based index, ``HH:MM:SS,mmm --> HH:MM:SS,mmm``, the cue's lines, blank line; a cue per segment
+    (cut into cues of a few words where its words are timed)."""
+    blocks = []
+    for i, cue in enumerate(cues(result, cue_options), start=1):
+        text = "\n".join(_cue_text(line) for line in cue.lines)
+        blocks.append(f"{i}\n{format_timestamp(cue.start, ',')} --> {format_timestamp(cue.end, ',')}\n{text}\n\n")
+    return "".join(blocks)
 
 
-def to_vtt(result: dict) -> str:
-    """WebVTT: ``WEBVTT`` header, then ``HH:MM:SS.mmm --> HH:MM:SS.mmm`` cues (text escaped); a cue per segment
-    (per word with word timestamps)."""
-    cues = ["WEBVTT\n\n"]
-    for start, end, text in _cues(result):
-        cues.append(f"{format_timestamp(start)} --> {format_timestamp(end)}\n{_vtt_escape(_cue_text(text))}\n\n")
-    return "".join(cues)
+def to_vtt(result: dict, cue_options: CueOptions = CueOptions()) -> str:
+    """WebVTT: ``WEBVTT`` header, then ``HH:MM:SS.mmm --> HH:MM:SS.mmm`` cues (text escaped); cues as `to_srt`."""
+    blocks = ["WEBVTT\n\n"]
+    for cue in cues(result, cue_options):
+        text = "\n".join(_vtt_escape(_cue_text(line)) for line in cue.lines)
+        blocks.append(f"{format_timestamp(cue.start)} --> {format_timestamp(cue.end)}\n{text}\n\n")
+    return "".join(blocks)
 
 
-def to_tsv(result: dict) -> str:
-    """``start<TAB>end<TAB>text`` with times in integer milliseconds, as Whisper writes; a row per segment (per
-    word with word timestamps)."""
+def to_tsv(result: dict, cue_options: CueOptions = CueOptions()) -> str:
+    """``start<TAB>end<TAB>text`` with times in integer milliseconds, as Whisper writes; a row per cue (`to_srt`)."""
     lines = ["start\tend\ttext"]
-    for start, end, text in _cues(result):
-        text = " ".join(text.split())  # tabs and newlines would break the columns
-        lines.append(f"{round(start * 1000)}\t{round(end * 1000)}\t{text}")
+    for cue in cues(result, cue_options):
+        text = " ".join(" ".join(cue.lines).split())  # tabs and newlines would break the columns
+        lines.append(f"{round(cue.start * 1000)}\t{round(cue.end * 1000)}\t{text}")
     return "\n".join(lines) + "\n"
 
 
@@ -120,20 +113,24 @@ WRITERS: dict[str, Callable[[dict], str]] = {
 }
 
 
-def format_result(result: dict, fmt: str) -> str:
-    """The transcript `result` as a string in format `fmt` (one of `FORMATS`)."""
+SUBTITLES = ("srt", "vtt", "tsv")  # the formats written as cues
+
+
+def format_result(result: dict, fmt: str, cue_options: CueOptions = CueOptions()) -> str:
+    """The transcript `result` as a string in format `fmt` (one of `FORMATS`); subtitles cut by `cue_options`."""
     if fmt not in WRITERS:
         raise ValueError(f"unknown output format {fmt!r}; choose from {', '.join(FORMATS)} or 'all'")
-    return WRITERS[fmt](result)
+    return WRITERS[fmt](result, cue_options) if fmt in SUBTITLES else WRITERS[fmt](result)
 
 
 def write_result(
-    result: dict, out_dir: str | os.PathLike, basename: str, formats: list[str] | str = "all"
+    result: dict, out_dir: str | os.PathLike, basename: str, formats: list[str] | str = "all",
+    cue_options: CueOptions = CueOptions(),
 ) -> list[Path]:
     """Write ``<out_dir>/<basename>.<fmt>`` for each format (or "all"), atomically; return the paths."""
     if isinstance(formats, str):
         formats = list(FORMATS) if formats == "all" else [formats]
-    texts = {fmt: format_result(result, fmt) for fmt in formats}  # validate all before writing
+    texts = {fmt: format_result(result, fmt, cue_options) for fmt in formats}  # validate all before writing
     paths = []
     for fmt, text in texts.items():
         path = Path(out_dir) / f"{basename}.{fmt}"

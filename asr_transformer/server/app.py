@@ -36,6 +36,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr_transformer.data.audio import AudioError, audio_info
 from asr_transformer.errors import UserError
+from asr_transformer.inference.cues import needs_word_times
 from asr_transformer.server.live import LiveSession
 from asr_transformer.server.metrics import Metrics
 from asr_transformer.server.openai_format import GRANULARITIES, RESPONSE_FORMATS, error_body, render
@@ -295,7 +296,8 @@ def _transcription_fields(form, slot: ModelSlot) -> tuple[bytes, str, bool, dict
     if hotwords:
         options["hotwords"] = hotwords
     audio = upload.file.read()
-    return audio, response_format, "word" in granularities, options
+    words = "word" in granularities or (response_format in ("srt", "vtt") and needs_word_times(slot.recognizer))
+    return audio, response_format, words, options
 
 
 def _check_audio(audio: bytes, config: ServeConfig) -> float:
