@@ -208,9 +208,26 @@ class DecodeConfig:
     temperature_increment: float = 0.0
     logprob_threshold: float = -1.0
     compression_ratio_threshold: float = 2.4
+    # Whisper packages: a window whose no-speech probability is above this and whose tokens average a
+    # log-probability below `logprob_threshold` gives no text (whisper's silence check; 1: off)
+    no_speech_threshold: float = 0.6
+    # the voice detector that cuts `transcribe`'s audio into segments (inference/segmenter.py): silero (neural; the
+    # vad extra), energy (levels), none (all of it, in pieces), auto (silero where installed, else energy); the
+    # speech probability that starts speech (silero), and in seconds: the least speech that makes a segment, the
+    # pause that ends one, the context kept around it
+    vad: str = "auto"
+    vad_threshold: float = 0.5
+    min_speech: float = 0.05
+    min_silence: float = 0.3
+    speech_pad: float = 0.2
+    # a model without a CTC head (Whisper) reads consecutive segments merged into windows of at most this many
+    # seconds (0: as long as its encoder takes, 30 s for Whisper); tiny.en skipped sentences in longer ones
+    max_window: float = 15.0
 
 
 MODES = ("greedy", "beam", "joint", "ctc", "ctc_beam", "maskctc", "rescore")
+VAD_DETECTORS = ("auto", "silero", "energy", "none")
+VAD_OPTIONS = ("vad", "vad_threshold", "min_speech", "min_silence", "speech_pad", "max_window")  # not decode's
 CTC_MODES = ("joint", "ctc", "ctc_beam", "maskctc", "rescore")  # decoding modes that read the CTC head
 
 
@@ -449,6 +466,13 @@ RANGES = [
     ("decode.temperature_increment", lambda v: 0 <= v <= 1, "in [0, 1] (0: no fallback)"),
     ("decode.logprob_threshold", lambda v: v <= 0, "≤ 0"),
     ("decode.compression_ratio_threshold", lambda v: v >= 1, "≥ 1"),
+    ("decode.no_speech_threshold", lambda v: 0 <= v <= 1, "in [0, 1] (1: off)"),
+    ("decode.vad", lambda v: v in VAD_DETECTORS, "one of " + ", ".join(VAD_DETECTORS)),
+    ("decode.vad_threshold", lambda v: 0 < v < 1, "in (0, 1)"),
+    ("decode.min_speech", lambda v: 0 <= v < float("inf"), "≥ 0 seconds"),
+    ("decode.min_silence", lambda v: 0 < v < float("inf"), "> 0 seconds"),
+    ("decode.speech_pad", lambda v: 0 <= v < float("inf"), "≥ 0 seconds"),
+    ("decode.max_window", lambda v: v == 0 or 1 <= v < float("inf"), "0 (the model's window) or ≥ 1 seconds"),
 ]
 
 

@@ -11,10 +11,11 @@ import typer
 from typer.testing import CliRunner
 
 from asr_transformer.cli import app
-from asr_transformer.config import DecodeConfig
+from asr_transformer.config import VAD_OPTIONS, DecodeConfig
 
 COMMANDS = ("decode", "transcribe", "package")
-NOT_IN = {"transcribe": {"nbest"}}  # a transcript is the best hypothesis of each segment
+# a transcript is the best hypothesis of each segment; a manifest's utterances are decoded whole, without a detector
+NOT_IN = {"transcribe": {"nbest"}, "decode": set(VAD_OPTIONS)}
 
 
 def options_of(command: str) -> set[str]:
@@ -52,6 +53,11 @@ BAD = [
     (["--mode", "fast"], "--mode fast: unknown decoding mode 'fast'"),
     (["--hotword-score", "-1"], "--hotword-score -1.0: must be ≥ 0"),
 ]
+TRANSCRIBE_BAD = [  # the voice detector's options: transcribe's and package's (decode reads utterances whole)
+    (["--vad", "loud"], "--vad loud: must be one of auto, silero, energy, none"),
+    (["--vad-threshold", "1.5"], "--vad-threshold 1.5: must be in (0, 1)"),
+    (["--min-silence", "0"], "--min-silence 0.0: must be > 0 seconds"),
+]
 
 
 @pytest.mark.parametrize("option, message", BAD, ids=[b[0][0] for b in BAD])
@@ -64,6 +70,14 @@ def test_a_value_out_of_range_gets_the_same_error_everywhere(tmp_path, option, m
         assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), (command, result.output)
         errors.add(lines[0])
     assert len(errors) == 1, errors
+
+
+@pytest.mark.parametrize("option, message", TRANSCRIBE_BAD, ids=[b[0][0] for b in TRANSCRIBE_BAD])
+def test_a_voice_detector_option_out_of_range_gets_one_line(tmp_path, option, message):
+    for command in ("transcribe", "package"):
+        result = CliRunner().invoke(app, command_line(command, tmp_path, option), prog_name="asr")
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
 
 
 def test_only_decode_takes_several_modes(tmp_path):
@@ -80,7 +94,8 @@ def test_a_package_stores_every_field(tiny_package, tmp_path):
                   maskctc_threshold=0.9, lm_weight=0.2, word_lm_weight=0.1, nbest=2, batch_size=4, ctc_window=12.0,
                   beam_threshold=8.0, end_detect=5.0, split_seconds=6.0, chunk_ms=0, left_chunks=2,
                   hotword_score=1.5, numbers="words", temperature=0.1, temperature_increment=0.3,
-                  logprob_threshold=-0.8, compression_ratio_threshold=2.0)
+                  logprob_threshold=-0.8, compression_ratio_threshold=2.0, vad="energy", vad_threshold=0.6,
+                  min_speech=0.1, min_silence=0.5, speech_pad=0.3, no_speech_threshold=0.5, max_window=12.0)
     assert set(values) | {"hotwords", "language", "initial_prompt"} == {f.name for f in fields(DecodeConfig)}
     args = ["package", str(tiny_package / "model.pt"), "-o", str(tmp_path / "p.pt"), "--hotword", "one two"]
     for name, value in values.items():

@@ -37,7 +37,7 @@ def exported(tone_corpus, tmp_path_factory):
     cfg = Config()
     cfg.model = ModelConfig(input_dim=80, vocab_size=tok.vocab_size, **PRESETS["tiny"], block="conformer", conv_kernel=7,
                             interctc_weight=0.3, utterance_cmn=True)
-    cfg.decode.max_len_ratio, cfg.decode.beam = 0.3, 4
+    cfg.decode.max_len_ratio, cfg.decode.beam, cfg.decode.vad = 0.3, 4, "energy"  # tones, not speech: Silero's detector hears none
     torch.manual_seed(0)
     model = ASRModel(cfg.model)
     save_package(root / "model.pt", cfg, tok, model.state_dict())
@@ -148,7 +148,8 @@ def test_exported_recognizer_writes_the_package_transcripts(exported, tone_corpu
 def test_int8_export_is_smaller_and_close(exported, tone_corpus):
     root, _ = exported
     assert json.loads((root / "int8/export.json").read_text())["precision"] == "int8"
-    size = {kind: sum(f.stat().st_size for f in (root / kind).glob("*.onnx")) for kind in ("onnx", "int8")}
+    size = {kind: sum(f.stat().st_size for f in (root / kind).glob("*.onnx")) + (root / kind / "weights.bin").stat().st_size
+            for kind in ("onnx", "int8")}
     assert size["int8"] < 0.8 * size["onnx"]  # the matrix products' weights int8; convolutions, embeddings stay fp32
     waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
     fp32, int8 = ExportedRecognizer(root / "onnx", threads=1), ExportedRecognizer(root / "int8", threads=1)
@@ -157,6 +158,58 @@ def test_int8_export_is_smaller_and_close(exported, tone_corpus):
     valid = (np.arange(a.shape[1])[None] < lens[:, None])[..., None]
     diff = np.abs(np.exp(a) - np.exp(b)) * valid
     assert 0 < diff.max() < 0.1
+
+
+def test_the_graphs_share_one_copy_of_each_weight(exported):
+    """Every large tensor of the three graphs lives in weights.bin, each distinct one once: the decoder's
+    embedding, used by both decoder graphs, is written once and read by both."""
+    import onnx
+
+    root, model = exported
+    weights = (root / "onnx" / "weights.bin").read_bytes()
+    spans = {}  # (offset, length) → the graphs that read it
+    for graph in ("encoder", "decoder_step", "decoder"):
+        for tensor in onnx.load(str(root / "onnx" / f"{graph}.onnx"), load_external_data=False).graph.initializer:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                entry = {e.key: e.value for e in tensor.external_data}
+                assert entry["location"] == "weights.bin"
+                spans.setdefault((int(entry["offset"]), int(entry["length"])), set()).add(graph)
+            else:
+                assert len(tensor.raw_data) < 1024, (graph, tensor.name)
+    contents = [weights[o:o + n] for o, n in spans]
+    assert len(set(contents)) == len(contents)  # no tensor written twice
+    embedding = model.decoder.embed.weight.detach().numpy().tobytes()
+    assert weights.count(embedding) == 1
+    step = {span for span, readers in spans.items() if "decoder_step" in readers}
+    assert step and all("decoder" in spans[span] for span in step)  # the two decoder graphs share every weight
+    assert any(weights[o:o + n] == embedding and readers == {"decoder_step", "decoder"}
+               for (o, n), readers in spans.items())
+
+
+def test_a_tied_embedding_folded_into_the_output_is_read_back_transposed(tone_corpus, tmp_path):
+    """A model whose output projection is its embedding: the exporter folds the projection into the embedding's
+    transpose; weights.bin holds the embedding once, the whole-sequence graph reads it through a Transpose node,
+    and rescoring (that graph) and decoding give the package's transcripts."""
+    import onnx
+
+    tok = load_tokenizer(tone_corpus / "tokenizer")
+    cfg = Config()
+    cfg.model = ModelConfig(input_dim=80, vocab_size=tok.vocab_size, **PRESETS["tiny"], tie_embeddings=True)
+    cfg.decode.max_len_ratio, cfg.decode.beam = 0.3, 3
+    torch.manual_seed(1)
+    model = ASRModel(cfg.model)
+    save_package(tmp_path / "model.pt", cfg, tok, model.state_dict())
+    export_package(tmp_path / "model.pt", tmp_path / "onnx")
+    embedding = model.decoder.embed.weight.detach().numpy()
+    weights = (tmp_path / "onnx" / "weights.bin").read_bytes()
+    assert weights.count(embedding.tobytes()) == 1 and np.ascontiguousarray(embedding.T).tobytes() not in weights
+    graph = onnx.load(str(tmp_path / "onnx" / "decoder.onnx"), load_external_data=False).graph
+    assert any(n.op_type == "Transpose" and n.input[0].endswith("/transposed") for n in graph.node)
+    waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
+    for mode in ("rescore", "greedy"):
+        package = Recognizer(tmp_path / "model.pt", device="cpu", threads=1, mode=mode)
+        exported = ExportedRecognizer(tmp_path / "onnx", threads=1, mode=mode)
+        assert [h.tokens for h in exported.decode_waves(waves)] == [h.tokens for h in package.decode_waves(waves)]
 
 
 def test_transcribe_an_export_without_torch(exported, tmp_path):

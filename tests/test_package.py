@@ -76,14 +76,16 @@ def test_transcribe_takes_the_package_setup_and_every_decoding_option(tiny_packa
     # asr transcribe accepts every decoding option of asr decode (what decode writes aside: --nbest, --score)
     from dataclasses import fields
 
-    from asr_transformer.config import DecodeConfig
+    from asr_transformer.config import VAD_OPTIONS, DecodeConfig
 
     commands = typer.main.get_command(app).commands
     options = {name: {o for p in commands[name].params for o in p.opts if o.startswith("--")}
                for name in ("decode", "transcribe")}
     decoding = {"--" + f.name.replace("_", "-") for f in fields(DecodeConfig)} - {"--nbest"}
     decoding |= {"--lm", "--word-lm", "--no-lm", "--precision", "--device", "--threads"}
-    assert decoding <= options["decode"] and decoding <= options["transcribe"]
+    detector = {"--" + name.replace("_", "-") for name in VAD_OPTIONS}  # transcribe's: decode reads utterances whole
+    assert decoding - detector <= options["decode"] and decoding <= options["transcribe"]
+    assert not detector & options["decode"]
     assert "--mode" in options["transcribe"] and "--maskctc-threshold" in options["transcribe"]
 
 

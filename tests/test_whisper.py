@@ -223,7 +223,7 @@ def test_exported_whisper_decodes_as_pytorch(reference, tmp_path):
 
     from asr_transformer.decode.greedy import greedy_search
     from asr_transformer.inference.export import export_package
-    from asr_transformer.inference.exported import ExportedRecognizer, whisper_log_mel as numpy_log_mel
+    from asr_transformer.inference.exported import ExportedRecognizer
 
     ref, tokenizer_path, _, _ = reference
     package = tmp_path / "model.pt"
@@ -303,10 +303,13 @@ def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference
         parts.append(tone if len(parts) % 2 == 0 else np.zeros_like(t))
     wave = np.concatenate(parts).astype(np.float32)
     sf.write(tmp_path / "a.wav", wave, 16000, subtype="FLOAT")
-    rec = Recognizer(package, device="cpu", threads=1, mode="greedy")
+    rec = Recognizer(package, device="cpu", threads=1, mode="greedy", vad="energy")  # tones: not Silero's speech
     result = rec.transcribe(str(tmp_path / "a.wav"))
     assert len(result["segments"]) == 1 and result["segments"][0]["end"] > 7.0
     assert result["text"] == rec.recognize_arrays([wave])[0] != ""
+    short = Recognizer(package, device="cpu", threads=1, mode="greedy", vad="energy", max_window=3.0)
+    spans = [(s["start"], s["end"]) for s in short.transcribe(str(tmp_path / "a.wav"))["segments"]]
+    assert len(spans) >= 2 and all(end - start <= 3.0 for start, end in spans)  # windows of at most 3 s
 
 
 def test_an_initial_prompt_is_read_as_whisper_reads_it(reference, tmp_path, tiny_package):
@@ -355,7 +358,7 @@ def test_whisper_words_are_timed_by_its_alignment_heads(reference, tmp_path):
     (folder / "config.json").write_text(json.dumps({**config, "alignment_heads": [[1, 0], [1, 3]]}))
     package = tmp_path / "model.pt"
     import_whisper(folder, package, pad_to_seconds=0)
-    rec = Recognizer(package, device="cpu", threads=1, mode="greedy")
+    rec = Recognizer(package, device="cpu", threads=1, mode="greedy", vad="energy")  # tones: not Silero's speech
     assert rec.config.model.alignment_heads == [[1, 0], [1, 3]]
     t = np.arange(int(3.5 * 16000)) / 16000
     sf.write(tmp_path / "a.wav", (0.3 * np.sin(2 * np.pi * 440 * t) * (1 + np.sin(2 * np.pi * 2 * t))).astype(
@@ -368,3 +371,64 @@ def test_whisper_words_are_timed_by_its_alignment_heads(reference, tmp_path):
         assert all(segment["start"] <= w["start"] <= w["end"] <= segment["end"] for w in words)
         assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
         assert all(0 < w["probability"] <= 1 for w in words)  # timed by the alignment, not spread
+    # subtitles: the window is cut into cues at the words' times, without --word-timestamps
+    from typer.testing import CliRunner
+
+    from asr_transformer.cli import app
+
+    words = result["segments"][0]["words"]
+    out = CliRunner().invoke(app, ["transcribe", str(tmp_path / "a.wav"), "-m", str(package), "--mode", "greedy",
+                                   "--threads", "1", "-f", "srt", "--max-line-width", "1", "--max-line-count", "1",
+                                   "--vad", "energy"])
+    assert out.exit_code == 0, out.output
+    blocks = [b.split("\n") for b in out.stdout.strip("\n").split("\n\n")]
+    assert [b[2] for b in blocks] == [w["word"] for w in words]  # a cue per word: no two fit in one character
+    bad = CliRunner().invoke(app, ["transcribe", str(tmp_path / "a.wav"), "-m", str(package), "-f", "srt",
+                                   "--max-line-count", "0"])
+    assert bad.exit_code != 0 and "--max-line-count must be a whole number ≥ 1, got 0" in bad.output
+
+
+def test_the_no_speech_probability_is_whispers_and_silences_only_unsure_windows(reference, tmp_path):
+    """The decoder's distribution right after <|startoftranscript|> is the reference Whisper's there (with an
+    initial prompt too), its <|nocaptions|> probability is each segment's no_speech_prob, and a window gives no
+    text only where that is above no_speech_threshold and its tokens average below logprob_threshold."""
+    import numpy as np
+
+    from asr_transformer.inference.recognizer import Recognizer
+
+    ref, tokenizer_path, special, _ = reference
+    package = tmp_path / "model.pt"
+    import_whisper(_write("openai", reference), package, tokenizer_json=tokenizer_path, pad_to_seconds=0)
+    mel = torch.randn(2, 80, 57, generator=torch.Generator().manual_seed(5))
+    for prompt in ("", "Hello world"):
+        rec = Recognizer(package, device="cpu", threads=1, initial_prompt=prompt)
+        sot = special["<|startoftranscript|>"]
+        at = rec.model.decoder.prompt.tolist().index(sot + NUM_SPECIAL)
+        with torch.no_grad():
+            whisper_ids = torch.tensor([[i - NUM_SPECIAL for i in rec.model.decoder.prompt.tolist()[:at + 1]]] * 2)
+            expected = torch.log_softmax(ref.decode(whisper_ids, ref.encode(mel))[:, -1], -1)
+            enc, enc_lens = rec.model.encoder(mel.transpose(1, 2), torch.tensor([57, 57]))
+            ours = rec.model.decoder.after_prompt_token(enc, torch.ones(2, enc.size(1), dtype=torch.bool),
+                                                        sot + NUM_SPECIAL)
+        assert torch.allclose(torch.log_softmax(ours[:, NUM_SPECIAL:], -1), expected, atol=1e-4)
+    t = np.arange(32000) / 16000
+    wave = (0.3 * np.sin(2 * np.pi * 300 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+
+    def segments(**options):
+        rec = Recognizer(package, device="cpu", threads=1, mode="greedy", vad="none", **options)
+        return rec.transcribe(wave)["segments"]
+
+    plain = segments(no_speech_threshold=1.0)  # off
+    assert plain and all(s["text"] and "no_speech_prob" not in s for s in plain)
+    kept = segments(no_speech_threshold=0.0, logprob_threshold=-1e9)  # sure of its words: kept
+    assert [s["text"] for s in kept] == [s["text"] for s in plain]
+    with torch.no_grad():
+        rec = Recognizer(package, device="cpu", threads=1)
+        feats = rec.features(wave[: round(kept[0]["end"] * 16000)])
+        enc, _ = rec.model.encoder(feats.unsqueeze(0), torch.tensor([feats.size(0)]))
+        p = rec.model.decoder.after_prompt_token(enc, torch.ones(1, enc.size(1), dtype=torch.bool),
+                                                 special["<|startoftranscript|>"] + NUM_SPECIAL)
+    assert kept[0]["no_speech_prob"] == pytest.approx(float(torch.softmax(p[0, NUM_SPECIAL:], -1)[
+        special["<|nocaptions|>"]]), abs=1e-4)
+    with pytest.warns(UserWarning, match="gave no text"):
+        assert segments(no_speech_threshold=0.0, logprob_threshold=0.0) == []  # unsure and "silent": no text

@@ -9,10 +9,11 @@ import typer
 
 from asr_transformer.cli.app import DEVICE, PRECISION, THREADS, app, fail
 from asr_transformer.cli.options import LM, NO_LM, PANEL, UNSIGNED, WORD_LM, decoding_options, recognizer
+from asr_transformer.config import VAD_OPTIONS
 
 
 @app.command()
-@decoding_options(several_modes=True)
+@decoding_options(several_modes=True, skip=VAD_OPTIONS)  # a manifest's utterances are read whole
 def decode(
     model: Path = typer.Argument(..., help="Model package (from asr package), or an ONNX export (asr export)."),
     manifest: Path = typer.Argument(..., exists=True, dir_okay=False, help="Manifest to decode."),

@@ -54,6 +54,17 @@ HELP = {
                              "itself or its log-probability is low: whisper's fallback (0: off).",
     "logprob_threshold": "Fallback when a window's tokens average a log-probability below this.",
     "compression_ratio_threshold": "Fallback when a window's text compresses (gzip) by more than this: a loop.",
+    "no_speech_threshold": "Whisper packages: a window whose no-speech probability is above this and whose tokens "
+                           "average a log-probability below --logprob-threshold gives no text (1: off).",
+    "vad": "Voice detector that cuts the audio into segments: silero (neural: tells speech from noise and music; "
+           "pip install 'asr-transformer[vad]'), energy (levels), none (all the audio, in pieces), auto (silero "
+           "where installed, else energy).",
+    "vad_threshold": "--vad silero: the speech probability that starts speech (it goes on above this less 0.15).",
+    "min_speech": "Seconds: less speech than this is no segment (a click).",
+    "min_silence": "Seconds: a pause this long ends a segment.",
+    "speech_pad": "Seconds of context kept on each side of a segment's speech.",
+    "max_window": "A model without a CTC head (Whisper): seconds of consecutive segments merged into one window "
+                  "(0: its whole window, 30 s; longer windows lost sentences on long recordings).",
 }
 HOTWORD = typer.Option([], "--hotword", metavar="<str>", rich_help_panel=PANEL,
                        help="A phrase to favour, PHRASE or PHRASE:SCORE; repeatable, added to --hotwords' list.")

@@ -36,8 +36,13 @@ def transcribe(
                                       "(default: each file its own)."),
     word_timestamps: bool = typer.Option(False, "--word-timestamps", help="Time each word too (CTC forced "
                                          "alignment; without a CTC head, as Whisper: the decoder's cross-attention "
-                                         "by dynamic time warping): json gets each segment's words, srt/vtt a cue "
-                                         "per word, tsv a row per word."),
+                                         "by dynamic time warping): json gets each segment's words, srt/vtt/tsv "
+                                         "cues of a few words. A model without a CTC head times its words for "
+                                         "srt/vtt/tsv anyway: its 30-s windows are too long for one cue."),
+    max_line_width: int = typer.Option(42, help="srt/vtt/tsv with timed words: characters per subtitle line."),
+    max_line_count: int = typer.Option(2, help="srt/vtt/tsv with timed words: lines per cue."),
+    max_words_per_cue: Optional[int] = typer.Option(None, help="srt/vtt/tsv with timed words: words per cue (1: a "
+                                                    "cue per word; default: as many as the lines hold)."),
     stream: bool = typer.Option(False, "--stream", help="Live: decode the audio as it arrives (a streaming model), "
                                 "printing partial lines (rewritten in place on a terminal) and a final line per "
                                 "utterance; e.g. `sox -d -t wav - | asr transcribe --stream - -m model.pt`. Finals: "
@@ -53,18 +58,24 @@ def transcribe(
 
     Without --out, txt prints the text (one line per input; with several inputs `<input>\\t<text>`) and
     another format prints that format (one input only). Inputs that cannot be read are reported and skipped;
-    the exit code is 1 if any failed. An input in which the voice detector finds no speech although it is not
-    silent is decoded whole, in --max-segment pieces, with a warning."""
+    the exit code is 1 if any failed. An input in which the energy detector finds no speech although it is not
+    silent is decoded whole, in --max-segment pieces, with a warning; Silero's detector (--vad) is trusted there:
+    nothing is decoded, and a warning says so."""
+    from asr_transformer.inference.cues import needs_word_times
     from asr_transformer.inference.transcribe import MAX_SEGMENT
+    from asr_transformer.inference.writers import SUBTITLES
 
     max_segment = MAX_SEGMENT if max_segment is None else max_segment
     _check_transcribe_options(audio, output_dir, output_format, max_segment)
+    cue_options = _cue_options(max_line_width, max_line_count, max_words_per_cue)
     chunk_ms = decoding.pop("chunk_ms", None) if stream else None  # --stream: the audio per encoder step
     rec = recognizer(model, device, threads, precision, lm, word_lm, no_lm, **decoding, nbest=1)
     if stream:
         _transcribe_streams(rec, audio, output_dir, output_format, chunk_ms, realtime, raw_rate,
-                            decoding.get("mode", "rescore"))
+                            decoding.get("mode", "rescore"), cue_options)
         return
+    if output_format == "all" or output_format in SUBTITLES:  # a Whisper window is too long for one cue
+        word_timestamps = word_timestamps or needs_word_times(rec)
     speaker = None  # one running mean for all the inputs (transcribe ignores it unless model.speaker_cmn)
     if same_speaker:
         from asr_transformer.data.features import CMVNAccumulator
@@ -74,15 +85,24 @@ def transcribe(
         source, label = _transcribe_input(item)
         result = _transcribe_one(rec, source, label, max_segment, speaker, word_timestamps)
         if result is None or not write_transcript(result, label, basename, output_dir, output_format,
-                                                  several=len(audio) > 1):
+                                                  several=len(audio) > 1, cue_options=cue_options):
             failed += 1
     if failed:
         typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
         raise typer.Exit(code=1)
 
 
+def _cue_options(max_line_width: int, max_line_count: int, max_words_per_cue: Optional[int]):
+    from asr_transformer.inference.cues import CueOptions
+
+    try:
+        return CueOptions(max_line_width, max_line_count, max_words_per_cue)
+    except ValueError as e:
+        fail(f"--{str(e).replace('_', '-')}")
+
+
 def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], output_format: str,
-                        chunk_ms: Optional[int], realtime: bool, raw_rate: int, final: str) -> None:
+                        chunk_ms: Optional[int], realtime: bool, raw_rate: int, final: str, cue_options) -> None:
     """`asr transcribe --stream`: each input through a StreamingRecognizer (finals in the mode `final`); lines as
     `StreamPrinter` shows them, and the usual files at the end with --out."""
     from asr_transformer.data.audio import AudioError
@@ -114,8 +134,8 @@ def _transcribe_streams(rec, audio: List[str], output_dir: Optional[Path], outpu
             printer.close()
         result = {"text": " ".join(s["text"] for s in segments), "segments": segments,
                   "duration": printer.end}
-        if output_dir is not None and not write_transcript(result, label, basename, output_dir,
-                                                            output_format, several=len(audio) > 1):
+        if output_dir is not None and not write_transcript(result, label, basename, output_dir, output_format,
+                                                            several=len(audio) > 1, cue_options=cue_options):
             failed += 1
     if failed:
         typer.secho(f"{failed} of {len(audio)} input(s) failed", fg="red", err=True)
@@ -155,16 +175,17 @@ def _transcribe_one(rec, source, label: str, max_segment: float, speaker, word_t
     import warnings
 
     from asr_transformer.data.audio import AudioError
-    from asr_transformer.inference.transcribe import NoSpeechWarning
+    from asr_transformer.inference.transcribe import EmptySegmentWarning, NoSpeechWarning
 
     bar = TranscriptionProgress(label)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", NoSpeechWarning)
+            warnings.simplefilter("always", EmptySegmentWarning)
             result = rec.transcribe(source, max_segment=max_segment, progress=bar, speaker=speaker,
                                     word_timestamps=word_timestamps)
         for w in caught:  # ours as one line naming the input; any other as Python shows it
-            if isinstance(w.message, NoSpeechWarning):
+            if isinstance(w.message, (NoSpeechWarning, EmptySegmentWarning)):
                 typer.secho(f"warning: {label}: {w.message.detail}", fg="yellow", err=True)
             else:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)

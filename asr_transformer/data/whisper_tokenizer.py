@@ -96,6 +96,16 @@ class WhisperTokenizer:
     def vocab_size(self) -> int:
         return self.model_vocab + NUM_SPECIAL
 
+    @property
+    def no_speech(self) -> tuple[int, int] | None:
+        """(toolkit ids of <|startoftranscript|> and of the no-speech token: <|nospeech|>, <|nocaptions|> in
+        older tokenizers), or None: the decoder's probability of the second right after the first is Whisper's
+        no-speech probability (decode/fallback.py)."""
+        token = self.whisper_id("<|nospeech|>")
+        token = self.whisper_id("<|nocaptions|>") if token is None else token
+        start = self.whisper_id("<|startoftranscript|>")
+        return None if token is None or start is None else (start + NUM_SPECIAL, token + NUM_SPECIAL)
+
     def start_ids(self, language: str = "", previous: str = "", room: int = 448) -> list[int]:
         """The toolkit ids the decoder reads before BEGIN: this tokenizer's prompt (<|startoftranscript|>
         [<|lang|> <|transcribe|>]) with `language`'s token in place of the package's (a multilingual model; an

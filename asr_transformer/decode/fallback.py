@@ -6,6 +6,11 @@ A window fails when its text repeats itself (the gzip compression ratio of its t
 (`greedy.sample_search`, the best of `beam` draws) at `temperature + temperature_increment`, then hotter, up to 1.0.
 A window that never passes keeps its best try, as faster-whisper does: among the tries that do not loop (all of
 them if every one loops), the one of the highest average log-probability.
+
+`no_speech` is Whisper's silence check: the decoder's probability of its no-speech token right after
+<|startoftranscript|>, among Whisper's own ids (the window's no-speech probability). A window whose no-speech probability is above
+`no_speech_threshold` and whose tokens average a log-probability below `logprob_threshold` gives no text; every
+window's best hypothesis carries its probability (`parts["no_speech_prob"]`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Callable
 from asr_transformer.config import DecodeConfig
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.greedy import average_log_prob
+from asr_transformer.tokens import NUM_SPECIAL
 
 
 def compression_ratio(text: str) -> float:
@@ -63,4 +69,27 @@ def fall_back(first: list[list[Hypothesis]], decode_at: Callable[[list[int], flo
             fluent = [h for h in t if not loops(text_of(h.tokens), opts)] or t
             passed = max(fluent, key=average_log_prob)
         out[i] = [passed]
+    return out
+
+
+def no_speech(model, enc, enc_lens, results: list[list[Hypothesis]], ids: tuple[int, int],
+              opts: DecodeConfig) -> list[list[Hypothesis]]:
+    """results: per window its n-best; ids: (<|startoftranscript|>, the no-speech token), toolkit ids. → the same,
+    each best hypothesis with parts["no_speech_prob"], and a window judged silent as one empty hypothesis."""
+    import torch
+
+    start, token = ids
+    enc_mask = torch.arange(enc.size(1), device=enc.device) < enc_lens.to(enc.device).unsqueeze(1)
+    logits = model.decoder.after_prompt_token(enc, enc_mask, start)[:, NUM_SPECIAL:]  # over Whisper's own ids
+    probs = torch.softmax(logits, dim=-1)[:, token - NUM_SPECIAL].tolist()
+    out = []
+    for hyps, p in zip(results, probs):
+        if not hyps:
+            out.append(hyps)
+            continue
+        best = hyps[0]
+        if p > opts.no_speech_threshold and average_log_prob(best) < opts.logprob_threshold:
+            out.append([Hypothesis([], best.score, {**best.parts, "no_speech_prob": p})])
+        else:
+            out.append([Hypothesis(best.tokens, best.score, {**best.parts, "no_speech_prob": p}), *hyps[1:]])
     return out

@@ -27,6 +27,7 @@ from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.beam import beam_search, join_pieces, split_at_pauses
 from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
 from asr_transformer.decode.fallback import fall_back
+from asr_transformer.decode.fallback import no_speech as check_no_speech
 from asr_transformer.decode.greedy import greedy_search, sample_search
 from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.errors import DecodeError
@@ -121,7 +122,8 @@ def _beam(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: Dec
 
 def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
               pre_beam: int | None = None, lm=None, speaker_mean: torch.Tensor | None = None,
-              stats: dict | None = None, context=None, text_of=None) -> list[list[Hypothesis]]:
+              stats: dict | None = None, context=None, text_of=None,
+              no_speech: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
     """Decode a batch of utterances with `opts.mode`.
 
     Args:
@@ -137,6 +139,7 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
         stats: beam and joint: a dict that the search's work is added to (`beam.beam_search`).
         context: hotwords, a ContextGraph (decode/hotwords.py `context_graph`), in the BIASED_MODES.
         text_of: tokens → text, for the temperature fallback (`search_encoded`).
+        no_speech: a Whisper tokenizer's (<|startoftranscript|>, no-speech token) ids, for its silence check.
     Returns:
         per utterance up to `opts.nbest` hypotheses, best first (one for greedy, ctc and maskctc).
     """
@@ -150,33 +153,35 @@ def recognize(model, feats: torch.Tensor, feat_lens: torch.Tensor, opts: DecodeC
                                          None if speaker_mean is None else speaker_mean.to(dev),
                                          chunk_frames(opts.chunk_ms, model.cfg.subsampling), opts.left_chunks)
             return search_encoded(model, enc, enc_lens, opts, pre_beam=pre_beam, lm=lm, stats=stats,
-                                  context=context, text_of=text_of)
+                                  context=context, text_of=text_of, no_speech=no_speech)
     finally:
         model.train(was_training)
 
 
 def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: DecodeConfig = DecodeConfig(), *,
                    pre_beam: int | None = None, lm=None, stats: dict | None = None,
-                   context=None, text_of=None) -> list[list[Hypothesis]]:
+                   context=None, text_of=None, no_speech: tuple[int, int] | None = None) -> list[list[Hypothesis]]:
     """`recognize` after the encoder: enc (B, T', D) and enc_lens (B,) (e.g. a stream's chunks, `encode_chunk`)
     → per utterance its n-best, as `recognize` (the model in eval mode, under inference_mode). With
-    opts.temperature_increment and `text_of` (tokens → text), the windows that fail are decoded again, hotter
-    (decode/fallback.py)."""
+    opts.temperature_increment and `text_of` (tokens → text), the windows that fail are decoded again, hotter;
+    with `no_speech` (a Whisper tokenizer's ids: `WhisperTokenizer.no_speech`), windows Whisper takes for silence
+    give no text (decode/fallback.py)."""
     mode = check_modes(opts.mode)[0]
     if (opts.temperature > 0 or opts.temperature_increment > 0) and model.cfg.decoder_layers == 0:
         raise DecodeError("temperature: sampling draws from the attention decoder, which this model does not have")
     if enc.size(1) == 0:  # every utterance too short to give one encoder frame
         return [[Hypothesis([], 0.0)] for _ in range(enc.size(0))]
-    first = _search(model, enc, enc_lens, mode, opts, pre_beam, lm, stats, context)
-    if text_of is None or opts.temperature_increment <= 0:
-        return first
+    results = _search(model, enc, enc_lens, mode, opts, pre_beam, lm, stats, context)
+    if text_of is not None and opts.temperature_increment > 0:
+        def decode_at(rows: list[int], temperature: float) -> list[list[Hypothesis]]:
+            index = torch.tensor(rows, device=enc.device)
+            return sample_search(model, enc[index], enc_lens[index.to(enc_lens.device)], temperature, opts.beam,
+                                 opts.max_len_ratio)
 
-    def decode_at(rows: list[int], temperature: float) -> list[list[Hypothesis]]:
-        index = torch.tensor(rows, device=enc.device)
-        return sample_search(model, enc[index], enc_lens[index.to(enc_lens.device)], temperature, opts.beam,
-                             opts.max_len_ratio)
-
-    return fall_back(first, decode_at, text_of, opts)
+        results = fall_back(results, decode_at, text_of, opts)
+    if no_speech is not None and opts.no_speech_threshold < 1:
+        results = check_no_speech(model, enc, enc_lens, results, no_speech, opts)
+    return results
 
 
 def _search(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: DecodeConfig, pre_beam, lm, stats,

@@ -26,6 +26,7 @@ from asr_transformer.decode import Hypothesis
 from asr_transformer.errors import UserError
 from asr_transformer.fileio import read_json
 from asr_transformer.numerals import spell_numbers
+from asr_transformer.inference.segmenter import check_vad
 from asr_transformer.threads import cpu_threads
 from asr_transformer.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 
@@ -231,6 +232,10 @@ class ExportedRecognizer:
                                                       "temperature_increment": 0.0})
         self.modes = EXPORTED_MODES if self.config.model.ctc else ("greedy",)  # no CTC head: the decoder alone
         self._check_mode(self.options.mode)
+        try:
+            check_vad(self.options)
+        except ValueError as e:
+            raise ExportError(str(e)) from None
         self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])
         so = ort.SessionOptions()
         self.threads = so.intra_op_num_threads = cpu_threads(threads)

@@ -38,6 +38,7 @@ from asr_transformer.decode.search import (BIASED_MODES, LM_MODES, DecodeError, 
 from asr_transformer.model.asr import NoCTCError
 from asr_transformer.numerals import spell_numbers
 from asr_transformer.package import check_precision, load_package, read_package
+from asr_transformer.inference.segmenter import check_vad
 from asr_transformer.inference.writers import write_decoding
 
 
@@ -82,6 +83,10 @@ class Recognizer:
         self.model, self.tokenizer, self.config = load_package(self.path, self.device, self.precision, state)
         self.options = replace(self.config.decode, **options)
         check_modes(self.options.mode)
+        try:
+            check_vad(self.options)
+        except ValueError as e:
+            raise DecodeError(str(e)) from None
         self.lms: dict[str, str] = {}
         self._lm_sources, self._stored_lms = {"lm": lm, "word_lm": word_lm}, state.get("lms") or {}
         self._fusion = None  # (the LM to fuse, its weight), read when a mode that fuses one first runs
@@ -190,7 +195,13 @@ class Recognizer:
         speaker_mean (B, F) as `search.recognize`."""
         opts, lm = self._mode_options(mode)
         return recognize(self.model, feats, feat_lens, opts, lm=lm, speaker_mean=speaker_mean, context=self.context,
-                         text_of=lambda tokens: self.text(tokens, opts.mode))
+                         text_of=lambda tokens: self.text(tokens, opts.mode), no_speech=self._no_speech())
+
+    def _no_speech(self) -> tuple[int, int] | None:
+        """A Whisper package's (<|startoftranscript|>, no-speech token) ids, where its decoder reads the first
+        (Whisper's silence check, decode/fallback.py); else None."""
+        ids = getattr(self.tokenizer, "no_speech", None)
+        return ids if ids is not None and bool((self.model.decoder.prompt == ids[0]).any()) else None
 
     def _mode_options(self, mode: str | None, **changes) -> tuple[DecodeConfig, object]:
         """(the options with `mode` (default: theirs) and `changes`, the LM that mode fuses or None): the LMs take
@@ -214,7 +225,8 @@ class Recognizer:
         opts, lm = self._mode_options(mode, nbest=1)
         with torch.inference_mode():
             return search_encoded(self.model, enc, torch.tensor([enc.size(1)], device=enc.device), opts, lm=lm,
-                                  context=self.context, text_of=lambda tokens: self.text(tokens, opts.mode))[0][0]
+                                  context=self.context, text_of=lambda tokens: self.text(tokens, opts.mode),
+                                  no_speech=self._no_speech())[0][0]
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """A hypothesis' tokens → its text (a phone model's: words, through the LM's lexicon where it took part,

@@ -1,21 +1,17 @@
-"""The energy voice detector: a stream of audio cut into speech segments, in bounded memory.
+"""Voice-activity segments: a stream of audio cut into speech segments, in bounded memory.
 
-`Segmenter` splits a stream of 16 kHz audio at silences. Each 10 ms frame gets an energy in dB (of the frame less its
-mean: a DC offset is no sound, and would otherwise raise the noise floor above the speech); a frame is speech
-when its energy is above ``max(peak − 40 dB, noise + 10 dB, −70 dBFS)``. `peak` is a running maximum
-(decaying 1 dB/s, updated with each ~5 s block before its frames are classified, so a block looks
-ahead at itself); `noise` a running noise floor (the 10th percentile of each block's frame energies,
-allowed to rise by 0.2 dB/s). In a block with dynamics (10th to 90th percentile ≥ 6 dB, i.e. it
-holds speech) the noise term is capped at peak − 15 dB, so speech that starts without any leading
-silence is not taken for noise; a stationary block (steady noise, hum) stays silence. A silence of
-at least `min_silence` (0.3 s) ends a segment.
+`Segmenter` splits a stream of 16 kHz audio at silences. A voice detector calls each frame speech or not: Silero's
+neural one (`silero_vad.py`, 32-ms frames; the default where its wheel is installed) or the energy one
+(`energy_vad.py`, 10-ms frames); `VadOptions` chooses and tunes it (`asr transcribe --vad`). A silence of at
+least `min_silence` (0.3 s) ends a segment.
 
 A segment is the speech between silences: its reported start/end are the first and last speech
 frames; the audio decoded is that plus up to `pad` (0.2 s) of context on each side (never reaching
 back before the previous segment's end). A stretch with no such silence is cut, *without overlap*,
 at the lowest-energy frame within the last 2 s before `max_segment` is reached (so no word is
 decoded twice and no seam has to be merged; a cut lands in the quietest spot, usually a short pause
-between words). Segments with less than 50 ms of speech (clicks) are dropped; silence is never decoded.
+between words). Segments with less than `min_speech` (50 ms) of speech (clicks) are dropped; silence is never
+decoded. The segments of a file and of the same audio streamed in blocks of any size are the same.
 """
 
 from __future__ import annotations
@@ -28,9 +24,53 @@ import numpy as np
 
 from asr_transformer.data.audio import SAMPLE_RATE
 from asr_transformer.data.audio_stream import AudioSource, AudioStream, stream_audio
+from asr_transformer.inference.energy_vad import EnergyDetector
 
-FRAME = SAMPLE_RATE // 100  # 10 ms energy frames (160 samples)
 MAX_SEGMENT = 20.0  # seconds: the longest segment decoded at once, unless a caller asks for another
+
+
+@dataclass(frozen=True)
+class VadOptions:
+    """The voice detector that cuts audio into segments, and its knobs (faster-whisper's, in seconds); a
+    recognizer's come from its decoding options (`DecodeConfig`: vad, vad_threshold, min_speech, min_silence,
+    speech_pad), checked there.
+
+    detector: silero (neural; the `vad` extra), energy (levels), none (no detector: the audio in consecutive pieces
+    of the longest segment, non-speech included), or auto (silero where installed, else energy). threshold: the
+    speech probability that starts speech (silero). min_speech: less speech than this is no segment (a click).
+    min_silence: a pause this long ends a segment. pad: context kept on each side of a segment's speech."""
+
+    detector: str = "auto"
+    threshold: float = 0.5
+    min_speech: float = 0.05
+    min_silence: float = 0.3
+    pad: float = 0.2
+
+    @classmethod
+    def of(cls, options) -> "VadOptions":
+        """A recognizer's decoding options (a DecodeConfig) → its VadOptions."""
+        return cls(options.vad, options.vad_threshold, options.min_speech, options.min_silence, options.speech_pad)
+
+    @property
+    def kind(self) -> str:
+        """The detector that runs: auto resolved to silero or energy."""
+        if self.detector != "auto":
+            return self.detector
+        from asr_transformer.inference import silero_vad
+
+        return "silero" if silero_vad.available() else "energy"
+
+    def segmenter(self, max_segment: float = MAX_SEGMENT) -> "Segmenter":
+        """A Segmenter for one stream with this detector (not for `none`, which has no segmenter)."""
+        if self.kind == "none":
+            raise ValueError("vad none has no segmenter: the audio is read in pieces")
+        if self.kind == "silero":
+            from asr_transformer.inference.silero_vad import SileroDetector
+
+            detector = SileroDetector(self.threshold)
+        else:
+            detector = EnergyDetector()
+        return Segmenter(max_segment, detector, min_silence=self.min_silence, pad=self.pad, min_speech=self.min_speech)
 
 
 @dataclass
@@ -44,30 +84,33 @@ class Segment:
     audio_start: float
 
 
+def check_vad(options) -> None:
+    """ValueError where decoding options (a DecodeConfig) ask for Silero's detector and it is not installed."""
+    from asr_transformer.inference import silero_vad
+
+    if options.vad == "silero" and not silero_vad.available():
+        raise ValueError(f"vad silero: {silero_vad.NOT_INSTALLED}")
+
+
 class Segmenter:
-    """Energy-based voice activity detection that splits a stream into segments of at most `max_segment`
-    seconds (see the module docstring for the rule). Feed blocks with `push`, then call `finish`; each
-    returns the segments completed so far, in order. Memory: at most max_segment + one block of audio.
+    """Splits a stream into segments of at most `max_segment` seconds with a voice detector (`EnergyDetector` by
+    default; see the module docstring for the rule). Feed blocks with `push`, then call `finish`; each returns the
+    segments completed so far, in order. Memory: at most max_segment + one block of audio.
     """
 
-    def __init__(self, max_segment: float = MAX_SEGMENT, min_silence: float = 0.3, pad: float = 0.2,
-                 min_speech: float = 0.05, dynamic_range_db: float = 40.0, noise_margin_db: float = 10.0,
-                 floor_db: float = -70.0, peak_decay_db: float = 1.0, noise_rise_db: float = 0.2,
-                 min_snr_db: float = 15.0, stationary_db: float = 6.0, cut_search: float = 2.0):
+    def __init__(self, max_segment: float = MAX_SEGMENT, detector=None, min_silence: float = 0.3, pad: float = 0.2,
+                 min_speech: float = 0.05, cut_search: float = 2.0):
         if not max_segment >= 0.5:
             raise ValueError(f"max_segment must be at least 0.5 s, got {max_segment}")
-        fps = SAMPLE_RATE // FRAME  # frames per second
+        self.detector = detector if detector is not None else EnergyDetector()
+        self.frame = self.detector.frame  # samples per frame
+        fps = SAMPLE_RATE / self.frame  # frames per second
         self.max_frames = int(round(max_segment * fps))
         self.min_silence = max(1, int(round(min_silence * fps)))
         self.pad = int(round(pad * fps))
         self.min_speech = max(1, int(round(min_speech * fps)))
         self.cut_search = max(1, min(int(round(cut_search * fps)), self.max_frames // 2))
-        self.dynamic_range_db, self.noise_margin_db, self.floor_db = dynamic_range_db, noise_margin_db, floor_db
-        self.peak_decay_db, self.noise_rise_db = peak_decay_db, noise_rise_db
-        self.min_snr_db, self.stationary_db = min_snr_db, stationary_db
-        self.peak = -math.inf
-        self.loudest = -math.inf  # the loudest frame so far (dB): above floor_db, the audio is not silent
-        self.noise = math.inf
+        self.loudest = -math.inf  # the loudest frame so far (dB): above SILENT_DB, the audio is not silent
         self.samples = 0  # samples pushed so far
         self.audio = np.zeros(0, np.float32)  # samples [audio0, self.samples)
         self.audio0 = 0
@@ -83,7 +126,7 @@ class Segmenter:
     @property
     def position(self) -> float:
         """Seconds of audio fully segmented so far."""
-        return self.cursor * FRAME / SAMPLE_RATE
+        return self.cursor * self.frame / SAMPLE_RATE
 
     def push(self, block: np.ndarray) -> list[Segment]:
         if self.done:
@@ -93,14 +136,14 @@ class Segmenter:
             return []
         self.audio = np.concatenate([self.audio, block])
         self.samples += block.size
-        self._add_frames(self.samples // FRAME)
+        self._add_frames(self.samples // self.frame)
         return self._emit(final=False)
 
     def finish(self) -> list[Segment]:
         """Flush the rest of the stream (a last partial frame counts, zero-padded)."""
         if self.done:
             return []
-        self._add_frames(math.ceil(self.samples / FRAME))
+        self._add_frames(math.ceil(self.samples / self.frame))
         self.done = True
         return self._emit(final=True)
 
@@ -110,24 +153,15 @@ class Segmenter:
         have = self.frame0 + self.db.size
         if total_frames <= have:
             return
-        lo, hi = have * FRAME - self.audio0, total_frames * FRAME - self.audio0
+        F = self.frame
+        lo, hi = have * F - self.audio0, total_frames * F - self.audio0
         x = self.audio[lo:hi]
         if x.size < hi - lo:
             x = np.concatenate([x, np.zeros(hi - lo - x.size, np.float32)])
-        x = x.reshape(-1, FRAME).astype(np.float64)
-        x -= x.mean(axis=1, keepdims=True)  # a DC offset is no speech: it would raise the noise floor over it
-        db = (10.0 * np.log10(np.mean(x * x, axis=1) + 1e-12)).astype(np.float32)
-        dt = db.size * FRAME / SAMPLE_RATE
+        db, speech = self.detector.classify(x.reshape(-1, F))
         self.loudest = max(self.loudest, float(db.max()))
-        self.peak = max(self.peak - self.peak_decay_db * dt, float(db.max()))
-        low, high = (float(v) for v in np.percentile(db, [10, 90]))
-        self.noise = low if not math.isfinite(self.noise) else min(self.noise + self.noise_rise_db * dt, low)
-        noise_threshold = self.noise + self.noise_margin_db
-        if high - low >= self.stationary_db:  # the block has dynamics, so it holds speech: its quiet
-            noise_threshold = min(noise_threshold, self.peak - self.min_snr_db)  # part may be speech too
-        threshold = max(self.peak - self.dynamic_range_db, noise_threshold, self.floor_db)
         self.db = np.concatenate([self.db, db])
-        self.speech = np.concatenate([self.speech, db > threshold])
+        self.speech = np.concatenate([self.speech, speech])
 
     def _segment(self, s: int, e: int, forced: bool, total: int) -> Segment | None:
         """Speech frames [s, e) (absolute) → a Segment with context; None when it holds too little speech."""
@@ -136,9 +170,10 @@ class Segmenter:
         if int(self.speech[s - self.frame0:e - self.frame0].sum()) < self.min_speech:
             return None
         b = e if forced else min(e + self.pad, total)
-        audio = self.audio[a * FRAME - self.audio0:min(b * FRAME, self.samples) - self.audio0].copy()
-        return Segment(start=s * FRAME / SAMPLE_RATE, end=min(e * FRAME, self.samples) / SAMPLE_RATE,
-                       audio=audio, audio_start=a * FRAME / SAMPLE_RATE)
+        F = self.frame
+        audio = self.audio[a * F - self.audio0:min(b * F, self.samples) - self.audio0].copy()
+        return Segment(start=s * F / SAMPLE_RATE, end=min(e * F, self.samples) / SAMPLE_RATE,
+                       audio=audio, audio_start=a * F / SAMPLE_RATE)
 
     def _cut(self, s: int) -> int:
         """No silence within max_segment after speech start s: the quietest frame of the last `cut_search`."""
@@ -190,15 +225,17 @@ class Segmenter:
             self.db = self.db[keep - self.frame0:]
             self.speech = self.speech[keep - self.frame0:]
             self.frame0 = keep
-        sample0 = min(keep * FRAME, self.samples)
+        sample0 = min(keep * self.frame, self.samples)
         if sample0 > self.audio0:
             self.audio = self.audio[sample0 - self.audio0:].copy()
             self.audio0 = sample0
 
 
-def iter_segments(source: AudioSource, max_segment: float = MAX_SEGMENT, **segmenter_options) -> Iterator[Segment]:
-    """Stream `source` and yield its speech segments (see `Segmenter`), in order."""
-    seg = Segmenter(max_segment, **segmenter_options)
+def iter_segments(source: AudioSource, max_segment: float = MAX_SEGMENT,
+                  vad: VadOptions = VadOptions("energy")) -> Iterator[Segment]:
+    """Stream `source` and yield its speech segments (see `Segmenter`; the energy detector unless `vad` says
+    otherwise), in order."""
+    seg = vad.segmenter(max_segment)
     for block in stream_audio(source):
         yield from seg.push(block)
     yield from seg.finish()

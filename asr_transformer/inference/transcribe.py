@@ -8,7 +8,8 @@ Read top to bottom:
 2. `inference/segmenter.py: Segmenter` cuts the stream at silences into speech segments of at most
    `max_segment` seconds (its docstring gives the rule).
 3. A model without a CTC head (an imported Whisper) reads consecutive segments merged into windows of up to 30 s
-   (`WindowMerger`; the window of its features), as it was trained: a lone segment would lose its sentence.
+   (`WindowMerger`; the window of its features, or `options.max_window`), as it was trained: a lone segment
+   would lose its sentence.
    `transcribe` batches the segments (``options.batch_size`` at a time) through a `Recognizer`
    (recognizer.py), keeping at most one batch of segment audio (plus the segmenter's buffer of
    ≤ max_segment + one block) in memory, so a 30-minute file needs no more memory than a 30-second one.
@@ -32,7 +33,9 @@ import numpy as np
 
 from asr_transformer.data.audio import SAMPLE_RATE
 from asr_transformer.data.audio_stream import AudioSource, AudioStream
-from asr_transformer.inference.segmenter import MAX_SEGMENT, Segment, Segmenter, pieces
+from asr_transformer.inference.energy_vad import SILENT_DB
+from asr_transformer.malloc import release_free_memory
+from asr_transformer.inference.segmenter import MAX_SEGMENT, Segment, VadOptions, pieces
 
 
 ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done, total seconds or None, segments)
@@ -47,6 +50,17 @@ class NoSpeechWarning(UserWarning):
     def __init__(self, source: str, detail: str):
         super().__init__(f"{source}: {detail}")
         self.source, self.detail = source, detail
+
+
+class EmptySegmentWarning(UserWarning):
+    """Stretches the voice detector took for speech gave no text: words may be missing there (or it was noise)."""
+
+    def __init__(self, source: str, spans: list[tuple[float, float]]):
+        shown = ", ".join(f"{a:.1f}–{b:.1f} s" for a, b in spans[:5]) + (", …" if len(spans) > 5 else "")
+        self.source, self.spans = source, spans
+        self.detail = (f"{len(spans)} stretch{'es' if len(spans) > 1 else ''} of sound the voice detector took for "
+                       f"speech gave no text ({shown}): listen there for missing words")
+        super().__init__(f"{source}: {self.detail}")
 
 
 class WindowMerger:
@@ -88,16 +102,19 @@ class WindowMerger:
 
 
 class SegmentStream:
-    """The segments `transcribe` decodes from one source, in order: the voice detector's (merged into windows for a
-    model without a CTC head: `WindowMerger`) or, where it finds no speech in audio that is not silent, all of it in
-    `pieces`, with a NoSpeechWarning. Iterate once; then `duration` is the source's length in seconds.
-    `between_blocks(seconds read)` is called after each block of the source."""
+    """The segments `transcribe` decodes from one source, in order: the voice detector's (the recognizer's
+    options' `VadOptions`; for a model without a CTC head merged into windows of at most `options.max_window`:
+    `WindowMerger`), or with `vad` none all of the audio in `pieces` (of a window, or of `max_segment`). Where the energy detector finds no speech in audio that is not silent, all of it is decoded in
+    `pieces`, with a NoSpeechWarning; Silero's detector is trusted: nothing is decoded, and the warning says so.
+    Iterate once; then `duration` is the source's length in seconds. `between_blocks(seconds read)` is called
+    after each block of the source."""
 
     def __init__(self, recognizer, source: AudioSource | AudioStream, max_segment: float = MAX_SEGMENT,
                  between_blocks: Callable[[float], None] | None = None):
         self.source, self.max_segment, self.between_blocks = source, max_segment, between_blocks
-        cfg = recognizer.config
-        self.window = None if cfg.model.ctc else window_seconds(cfg)
+        self.vad = VadOptions.of(recognizer.options)
+        cfg, most = recognizer.config, recognizer.options.max_window
+        self.window = None if cfg.model.ctc else min(window_seconds(cfg), most or float("inf"))
         self.duration = 0.0
 
     def __iter__(self) -> Iterator[Segment]:
@@ -108,7 +125,10 @@ class SegmentStream:
             yield from self._segments(audio)
 
     def _segments(self, audio: AudioStream) -> Iterator[Segment]:
-        segmenter = Segmenter(self.max_segment)
+        if self.vad.kind == "none":
+            yield from self._pieces(audio)
+            return
+        segmenter = self.vad.segmenter(self.max_segment)
         merger = WindowMerger(self.window) if self.window else None
 
         def windows(segments: list[Segment]) -> list[Segment]:  # what the model reads: segments or windows of them
@@ -125,12 +145,27 @@ class SegmentStream:
             found = True
             yield segment
         self.duration = segmenter.samples / SAMPLE_RATE
-        if not found and segmenter.loudest > segmenter.floor_db:  # sound, but no speech found: decode all of it
-            warnings.warn(NoSpeechWarning(audio.name, (
-                f"the voice detector found no speech in {self.duration:.1f} s of audio that is not silent (loudest "
-                f"10 ms: {segmenter.loudest:.0f} dBFS); decoded all of it, in pieces of {self.max_segment:g} s")),
-                stacklevel=5)
-            yield from pieces(audio, self.max_segment)
+        if found or segmenter.loudest <= SILENT_DB:
+            return
+        heard = (f"{self.duration:.1f} s of audio that is not silent (loudest frame: {segmenter.loudest:.0f} dBFS)")
+        if self.vad.kind == "silero":  # a neural detector that hears no speech: trust it
+            warnings.warn(NoSpeechWarning(audio.name, f"the voice detector (Silero) found no speech in {heard}; "
+                                                      "nothing decoded (--vad none decodes all of it)"), stacklevel=5)
+            return
+        warnings.warn(NoSpeechWarning(audio.name, (
+            f"the voice detector found no speech in {heard}; decoded all of it, in pieces of {self.max_segment:g} s")),
+            stacklevel=5)
+        yield from pieces(audio, self.max_segment)
+
+    def _pieces(self, audio: AudioStream) -> Iterator[Segment]:
+        """All of `audio` in consecutive pieces of a window (a model without a CTC head) or of `max_segment`."""
+        seconds = 0
+        for piece in pieces(audio, self.window or self.max_segment):
+            seconds = piece.end
+            yield piece
+            if self.between_blocks is not None:
+                self.between_blocks(seconds)
+        self.duration = seconds
 
 
 def window_seconds(cfg) -> float:
@@ -179,8 +214,11 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None,
                     "score": score if math.isfinite(score) else None})
         if "temperature" in best.parts:  # sampled: the temperature fallback's try
             out[-1]["temperature"] = best.parts["temperature"]
+        if "no_speech_prob" in best.parts:  # a Whisper package's silence check (decode/fallback.py)
+            out[-1]["no_speech_prob"] = round(best.parts["no_speech_prob"], 4)
         if word_timestamps:
             out[-1]["words"] = _words(recognizer, s, best.tokens, text, lp)
+    release_free_memory()  # what this batch freed: a long file's peak stays about one batch's
     return out
 
 
@@ -219,8 +257,9 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
     Returns:
         {"text": all segment texts joined by spaces, "segments": [{"start", "end", "text", "score"}],
          "duration": seconds}; times in seconds relative to the file, score = the hypothesis' log-prob
-        score (None when not finite). Segments whose decoded text is empty are left out. Audio in which the
-        detector finds no speech although it is not silent is all decoded, in `pieces`, with a NoSpeechWarning. With
+        score (None when not finite). Segments whose decoded text is empty are left out, with one
+        EmptySegmentWarning that lists them. Audio in which the energy detector finds no speech although it is not
+        silent is all decoded, in `pieces`, with a NoSpeechWarning (`SegmentStream`). With
         `word_timestamps` each segment also has "words": [{"word", "start", "end", "probability"}] (whisper's
         layout; probability: the mean CTC posterior of the word's tokens on their frames).
     Raises:
@@ -238,7 +277,11 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
 
     def decode(batch: list[Segment]) -> None:
         nonlocal decoded
-        results.extend(r for r in _decode_batch(recognizer, batch, speaker, word_timestamps) if r is not None)
+        for segment, result in zip(batch, _decode_batch(recognizer, batch, speaker, word_timestamps)):
+            if result is None:
+                empty.append((segment.start, segment.end))
+            else:
+                results.append(result)
         decoded += len(batch)
         if progress is not None:
             progress(batch[-1].end, total, decoded)
@@ -248,6 +291,7 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
             progress(position, total, decoded)
 
     pending: list[Segment] = []
+    empty: list[tuple[float, float]] = []  # (start, end) of segments that gave no text
     with AudioStream(audio_source) as audio:  # the file is opened once
         total = audio.duration
         segments = SegmentStream(recognizer, audio, max_segment, between_blocks)
@@ -258,6 +302,8 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
                 pending = []
     if pending:
         decode(pending)
+    if empty:
+        warnings.warn(EmptySegmentWarning(audio.name, empty), stacklevel=2)
     duration = segments.duration
     if progress is not None:
         progress(duration, total if total is not None else duration, decoded)

@@ -8,7 +8,8 @@ The decoder owns every way of running it:
 - `Decoder.cross_kv` + `Decoder.forward_kv`: whole sequences with the encoder output projected to the
   cross-attention keys/values once and reused (Mask-CTC's iterations, rescoring an n-best list);
 - `Decoder.cross_attention`: a layer's cross-attention weights, for plots;
-- `Decoder.alignment`: the alignment heads' cross-attention weights, for word times without a CTC head.
+- `Decoder.alignment`: the alignment heads' cross-attention weights, for word times without a CTC head;
+- `Decoder.after_prompt_token`: the distribution after a prompt token (Whisper's no-speech probability).
 
 A decoder with a prompt (`model.decoder_prompt`, Whisper's start sequence) reads those ids before BEGIN in every
 pass; the caller never sees them: inputs and outputs are the positions from BEGIN on. In decoding (`step`) the
@@ -246,6 +247,21 @@ class Decoder(nn.Module):
             x, _ = layer(x, mask, enc, memory_mask)
         logits = self.output(self.norm(self._after_prompt(x)))
         return torch.cat(maps, 1)[:, :, self.prompt_len:], logits
+
+    def after_prompt_token(self, enc: torch.Tensor, enc_mask: torch.Tensor, token: int) -> torch.Tensor:
+        """Logits (N, vocab) of the next token after the prompt's `token` (its first occurrence), none suppressed:
+        what the decoder expects once it has read that far (Whisper: <|startoftranscript|>, where its no-speech
+        probability is read). enc (N, T', D), enc_mask (N, T')."""
+        where = (self.prompt == token).nonzero()
+        if where.numel() == 0:
+            raise ValueError(f"token {token} is not in the decoder's prompt")
+        tokens = self.prompt[: int(where[0]) + 1].expand(enc.size(0), -1)
+        L = tokens.size(1)
+        x = self.pos(self.embed(tokens))
+        mask = causal_mask(L, tokens.device).unsqueeze(0) if L > 1 else None
+        for layer in self.layers:
+            x, _ = layer(x, mask, enc, self._memory_mask(enc_mask))
+        return self.output(self.norm(x[:, -1])).float()
 
     def set_prompt(self, ids: list[int]) -> None:
         """Read `ids` before BEGIN from now on (a Whisper language or initial prompt); a fixed position table

@@ -21,7 +21,7 @@ import numpy as np
 
 from asr_transformer.decode.search import DecodeError
 from asr_transformer.inference.streaming import StreamingRecognizer
-from asr_transformer.inference.segmenter import Segmenter
+from asr_transformer.inference.segmenter import VadOptions
 
 
 class LiveSession:
@@ -35,7 +35,7 @@ class LiveSession:
         except DecodeError:
             pass
         if self.stream is None:
-            self.segmenter = Segmenter()
+            self.segmenter = VadOptions.of(recognizer.options).segmenter()  # the package's detector
 
     @property
     def streaming(self) -> bool:

@@ -3,8 +3,8 @@
 `POST /v1/audio/transcriptions` takes a multipart form (`file`, `model`, `language`, `prompt`, `response_format`,
 `timestamp_granularities[]`); the answer is `{"text"}` (json), the text alone (text), subtitles (srt, vtt), or
 verbose_json: the task, language, duration, text, the segments (id, seek, start, end, text, temperature,
-avg_logprob, compression_ratio) and, when word granularity is asked, the words with their times. Errors are
-`{"error": {"message", "type", "param", "code"}}`, as OpenAI writes them.
+avg_logprob, compression_ratio, no_speech_prob: a Whisper package's, else 0) and, when word granularity is asked,
+the words with their times. Errors are `{"error": {"message", "type", "param", "code"}}`, as OpenAI writes them.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def verbose(result: dict, words: bool) -> dict:
         segments.append({"id": i, "seek": 0, "start": round(float(s["start"]), 3), "end": round(float(s["end"]), 3),
                          "text": s["text"], "temperature": s.get("temperature", 0.0),
                          "avg_logprob": None if score is None else float(score) / max(1, len(s["text"])),
-                         "compression_ratio": compression_ratio(s["text"])})
+                         "compression_ratio": compression_ratio(s["text"]),
+                         "no_speech_prob": s.get("no_speech_prob", 0.0)})
     body = {"task": "transcribe", "language": "english", "duration": round(float(result.get("duration", 0.0)), 3),
             "text": result.get("text", ""), "segments": segments}
     if words:
