@@ -174,3 +174,100 @@ def test_a_pause_shorter_than_min_silence_keeps_one_segment_and_a_longer_one_spl
     assert len(segments) == 2, [(s.start, s.end) for s in segments]
     second_starts = (0.5 + (a.size + b.size) / SAMPLE_RATE + 0.15 + 0.8)
     assert segments[0].end < second_starts <= segments[1].start + 0.1
+
+
+# ------------------------------------------------------------------ no words from non-speech, every package kind
+
+def _non_speech() -> dict[str, np.ndarray]:
+    """Six seconds each of digital silence, loud white noise and a steady tone."""
+    t = np.arange(6 * SAMPLE_RATE) / SAMPLE_RATE
+    return {"silence": np.zeros(t.size, np.float32),
+            "noise": (0.1 * np.random.default_rng(7).standard_normal(t.size)).astype(np.float32),
+            "tone": (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def streaming_talker(streaming_package, tmp_path_factory) -> Path:
+    """The streaming package made to write "o" for anything it hears, with the package's default detector."""
+    import torch
+
+    from asr_transformer.package import load_package, save_package
+    from asr_transformer.tokens import BLANK
+
+    root, _ = streaming_package
+    model, tok, cfg = load_package(root / "model.pt")
+    with torch.no_grad():
+        model.ctc.proj.bias.zero_()
+        model.ctc.proj.bias[BLANK] = -30.0
+        model.ctc.proj.bias[tok.sp.piece_to_id("o")] = 30.0
+    cfg.decode.vad = "auto"
+    path = tmp_path_factory.mktemp("streaming_talker") / "model.pt"
+    save_package(path, cfg, tok, model.state_dict())
+    return path
+
+
+@pytest.fixture(scope="module")
+def whisper_package(tmp_path_factory) -> Path:
+    """A random Whisper (a 3-s window) imported as a package with the default detector."""
+    pytest.importorskip("tokenizers")
+    import torch
+
+    from asr_transformer.whisper import import_whisper
+    from tests.whisper_reference import Dims, Whisper, make_tokenizer, write_openai
+
+    tmp = tmp_path_factory.mktemp("whisper_vad")
+    tokenizer, special = make_tokenizer(tmp)
+    torch.manual_seed(0)
+    whisper = Whisper(Dims(n_vocab=special["<|notimestamps|>"] + 4, n_audio_ctx=150))
+    import_whisper(write_openai(whisper, tmp / "tiny.pt"), tmp / "model.pt", tokenizer_json=tokenizer,
+                   pad_to_seconds=0)
+    return tmp / "model.pt"
+
+
+def _streamed(package: Path, wave: np.ndarray, block: float = 0.1, **options) -> list:
+    from asr_transformer.inference.recognizer import Recognizer
+    from asr_transformer.inference.streaming import stream_file
+
+    rec = Recognizer(package, device="cpu", threads=1, **options)
+    return list(stream_file(rec, wave, chunk_ms=320, block_seconds=block))
+
+
+def test_silence_noise_and_a_tone_give_no_text_with_every_package_kind(talker, streaming_talker, whisper_package,
+                                                                        tmp_path):
+    """A package that writes for anything it hears, its ONNX export, a Whisper package and a streaming package
+    each give no text for silence, noise or a tone under the default detector (Silero); without one (`vad none`,
+    or the energy detector for the stream) the same audio gives text, so each check could fail."""
+    from asr_transformer.inference.export import export_package
+    from asr_transformer.inference.exported import ExportedRecognizer
+    from asr_transformer.inference.recognizer import Recognizer
+
+    export_package(talker, tmp_path / "onnx")
+    offline = {"package": lambda **o: Recognizer(talker, device="cpu", threads=1, **o),
+               "export": lambda **o: ExportedRecognizer(tmp_path / "onnx", threads=1, **o),
+               "whisper": lambda **o: Recognizer(whisper_package, device="cpu", threads=1, mode="greedy",
+                                                 no_speech_threshold=1.0, **o)}
+    for name, wave in _non_speech().items():
+        for kind, make in offline.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert make().transcribe(wave)["text"] == "", (kind, name)
+                if name != "silence":  # digital silence is never decoded, whatever the detector
+                    assert make(vad="none").transcribe(wave)["text"] != "", (kind, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert _streamed(streaming_talker, wave) == [], name  # not even a partial
+            assert any(e.kind == "final" and e.text for e in _streamed(streaming_talker, wave, vad="energy")), name
+
+
+def test_a_gated_stream_gives_finals_where_there_is_speech_and_the_same_for_any_blocks(streaming_talker):
+    """Spoken digits between noise and a tone: the stream's finals lie on the digits (none on the fillers), and
+    blocks of 0.1 s, 0.37 s or all at once give the same finals."""
+    x, spans = _digits_noise_tone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        finals = {block: [(e.start, e.end, e.text) for e in _streamed(streaming_talker, x, block)
+                          if e.kind == "final"] for block in (0.1, 0.37, 100.0)}
+    assert finals[0.1] == finals[0.37] == finals[100.0]
+    assert len(finals[0.1]) == len(spans), finals[0.1]
+    for (start, end, text), (a, b) in zip(finals[0.1], spans):
+        assert text and a - 0.4 <= start and end <= b + 1.2  # on its digit, not the noise or tone after it

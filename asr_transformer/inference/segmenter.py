@@ -60,17 +60,23 @@ class VadOptions:
 
         return "silero" if silero_vad.available() else "energy"
 
+    def new_detector(self):
+        """A fresh detector for one stream (`SileroDetector` or `EnergyDetector`: `frame`, `classify`); None for
+        `none`."""
+        if self.kind == "none":
+            return None
+        if self.kind == "silero":
+            from asr_transformer.inference.silero_vad import SileroDetector
+
+            return SileroDetector(self.threshold)
+        return EnergyDetector()
+
     def segmenter(self, max_segment: float = MAX_SEGMENT) -> "Segmenter":
         """A Segmenter for one stream with this detector (not for `none`, which has no segmenter)."""
         if self.kind == "none":
             raise ValueError("vad none has no segmenter: the audio is read in pieces")
-        if self.kind == "silero":
-            from asr_transformer.inference.silero_vad import SileroDetector
-
-            detector = SileroDetector(self.threshold)
-        else:
-            detector = EnergyDetector()
-        return Segmenter(max_segment, detector, min_silence=self.min_silence, pad=self.pad, min_speech=self.min_speech)
+        return Segmenter(max_segment, self.new_detector(), min_silence=self.min_silence, pad=self.pad,
+                         min_speech=self.min_speech)
 
 
 @dataclass

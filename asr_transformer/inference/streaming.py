@@ -16,6 +16,11 @@ Read top to bottom (WeNet's U2 design, on this toolkit's model):
    start afresh for the next utterance. `final="joint"` (or another mode) instead runs that mode's whole search
    over the utterance's encoder frames at the endpoint: slower finals, the words of offline decoding (a phone
    model spells words through its lexicon and word LM only in the beam and joint searches).
+5. Voice gate: where the package's voice detector is Silero's (`decode.vad`: auto with the vad extra, or
+   silero), it hears the same samples (`voice_gate.VoiceGate`). Until it hears speech, each chunk starts the
+   utterance afresh (no partial, nothing written on noise kept); an utterance gives a final only where both CTC
+   and the detector found speech (none for noise, music, a tone); and the detector's silence ends an utterance as
+   CTC's blanks do (whichever is longer counts).
 
 Without endpoints inside, the partials are exactly the offline `ctc_beam` decoding and the final exactly the
 offline decoding in the `final` mode with the same `chunk_ms` (tests/test_streaming.py).
@@ -36,6 +41,8 @@ from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.ctc_prefix import CTCPrefixBeams
 from asr_transformer.decode.search import MODES, DecodeError
 from asr_transformer.frames import chunk_frames
+from asr_transformer.inference.segmenter import VadOptions
+from asr_transformer.inference.voice_gate import VoiceGate
 from asr_transformer.tokens import BLANK
 
 DEFAULT_CHUNK_MS = 640
@@ -113,6 +120,8 @@ class StreamingRecognizer:
         elif cfg.model.decoder_layers == 0 and final not in ("ctc", "ctc_beam"):
             raise DecodeError(f"final: {final} needs an attention decoder, which this model does not have")
         self.endpointing, self.final = endpointing, final
+        vad = VadOptions.of(opts)
+        self.gate = VoiceGate(vad.new_detector()) if vad.kind == "silero" else None  # one per stream
         self.hop = int(cfg.features.sample_rate * cfg.features.frame_shift_ms / 1000)
         self.win = int(cfg.features.sample_rate * cfg.features.frame_length_ms / 1000)
         self.frame_seconds = cfg.features.frame_shift_ms / 1000 * cfg.model.subsampling  # one encoder frame
@@ -140,7 +149,10 @@ class StreamingRecognizer:
         `checked_samples`) → the events they complete (partials, finals)."""
         arrived = time.perf_counter()
         if not (isinstance(samples, np.ndarray) and samples.size == 0):  # an empty block: nothing arrived yet
-            self._samples = np.concatenate([self._samples, checked_samples(samples, "stream")])
+            samples = checked_samples(samples, "stream")
+            self._samples = np.concatenate([self._samples, samples])
+            if self.gate is not None:
+                self.gate.push(samples)
         n = num_frames(len(self._samples), self.features)
         if n:
             wave = torch.from_numpy(self._samples[:(n - 1) * self.hop + self.win])
@@ -154,12 +166,14 @@ class StreamingRecognizer:
     def finish(self) -> list[StreamEvent]:
         """The end of the input: the frames left (a last, shorter chunk) and the last utterance's final."""
         arrived = time.perf_counter()
+        if self.gate is not None:
+            self.gate.finish()
         events = []
         while self._feats.size(0) >= self.need:
             events += self._chunk(self._feats[:self.need], arrived)
         if self._feats.size(0):
             events += self._chunk(self._feats, arrived, last=True)
-        if self._enc and self._spoke:  # an utterance of silence only gives no final
+        if self._enc and self._speech(to_end=True):  # an utterance of silence only gives no final
             events.append(self._final(arrived))
         self._feats = self._feats[:0]
         return events
@@ -175,6 +189,9 @@ class StreamingRecognizer:
             self._feats, self._frames_done = self._feats[drop:], self._frames_done + drop
             if enc.size(1) == 0:
                 return []
+            if self.gate is not None and not self.gate.heard(*self._span()):  # no speech yet: the utterance
+                self._start_utterance()  # starts afresh after this chunk (nothing it wrote on noise is kept)
+                return []
             log_probs = self.model.ctc_log_probs(enc)
         self._enc.append(enc)
         self._search.advance(log_probs)
@@ -187,7 +204,7 @@ class StreamingRecognizer:
             events.append(StreamEvent("partial", self._text(tokens, "ctc_beam"), start, end, tokens,
                                       latency=time.perf_counter() - arrived))
         if not last and self._endpoint():
-            if self._spoke:
+            if self._speech():
                 events.append(self._final(arrived))
             self._start_utterance()
         return events
@@ -201,12 +218,24 @@ class StreamingRecognizer:
         else:
             self._blank_run += best.numel()
 
+    def _span(self, to_end: bool = False) -> tuple[int, int]:
+        """The current utterance's samples in the stream, [start, end): up to the input frames consumed so far, or
+        with `to_end` all that arrived (the stream has finished)."""
+        return self._start_frame * self.hop, (1 << 62) if to_end else self._frames_done * self.hop
+
+    def _speech(self, to_end: bool = False) -> bool:
+        """Whether the current utterance holds speech: CTC wrote something, and the voice gate (if any) heard it."""
+        return self._spoke and (self.gate is None or self.gate.heard(*self._span(to_end)))
+
     def _endpoint(self) -> bool:
         e, silence = self.endpointing, self._blank_run * self.frame_seconds
+        if self.gate is not None:
+            silence = max(silence, self.gate.quiet(*self._span()))
         length = self._search.frames * self.frame_seconds
-        if self._spoke and e.endpoint_silence > 0 and silence >= e.endpoint_silence:
+        speech = self._speech()
+        if speech and e.endpoint_silence > 0 and silence >= e.endpoint_silence:
             return True
-        if not self._spoke and e.max_silence > 0 and silence >= e.max_silence:
+        if not speech and e.max_silence > 0 and silence >= e.max_silence:
             return True
         return e.max_segment > 0 and length >= e.max_segment
 
