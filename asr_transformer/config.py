@@ -220,6 +220,9 @@ class DecodeConfig:
     min_speech: float = 0.05
     min_silence: float = 0.3
     speech_pad: float = 0.2
+    # Whisper packages: each window reads the text of the windows before it as its prompt (whisper's
+    # condition_on_previous_text; windows are then decoded one at a time); off: each window is decoded alone
+    condition_on_previous_text: bool = False
     # a model without a CTC head (Whisper) reads consecutive segments merged into windows of at most this many
     # seconds (0: as long as its encoder takes, 30 s for Whisper); tiny.en skipped sentences in longer ones
     max_window: float = 15.0

@@ -95,11 +95,12 @@ def test_a_package_stores_every_field(tiny_package, tmp_path):
                   beam_threshold=8.0, end_detect=5.0, split_seconds=6.0, chunk_ms=0, left_chunks=2,
                   hotword_score=1.5, numbers="words", temperature=0.1, temperature_increment=0.3,
                   logprob_threshold=-0.8, compression_ratio_threshold=2.0, vad="energy", vad_threshold=0.6,
-                  min_speech=0.1, min_silence=0.5, speech_pad=0.3, no_speech_threshold=0.5, max_window=12.0)
+                  min_speech=0.1, min_silence=0.5, speech_pad=0.3, no_speech_threshold=0.5, max_window=12.0,
+                  condition_on_previous_text=True)
     assert set(values) | {"hotwords", "language", "initial_prompt"} == {f.name for f in fields(DecodeConfig)}
     args = ["package", str(tiny_package / "model.pt"), "-o", str(tmp_path / "p.pt"), "--hotword", "one two"]
     for name, value in values.items():
-        args += ["--" + name.replace("_", "-"), str(value)]
+        args += ["--" + name.replace("_", "-")] + ([] if isinstance(value, bool) else [str(value)])  # a switch
     result = CliRunner().invoke(app, args, prog_name="asr")
     assert result.exit_code == 0, result.output
     stored = from_dict(read_package(tmp_path / "p.pt")["config"]).decode

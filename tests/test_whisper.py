@@ -342,6 +342,35 @@ def test_an_initial_prompt_is_read_as_whisper_reads_it(reference, tmp_path, tiny
         Recognizer(tiny_package / "model.pt", device="cpu", threads=1, initial_prompt="one two")
 
 
+def test_conditioned_windows_read_the_text_before_them(reference, tmp_path):
+    """condition_on_previous_text: each window is decoded with the texts of the windows before it as its prompt
+    (after the initial prompt), as a Recognizer given that prompt decodes it; off, each window alone."""
+    import numpy as np
+
+    from asr_transformer.inference.recognizer import Recognizer
+
+    _, tokenizer_path, special, _ = reference
+    torch.manual_seed(2)
+    model = Whisper(Dims(n_vocab=special["<|notimestamps|>"] + 4, n_audio_ctx=150))  # a 3-s window
+    package = tmp_path / "model.pt"
+    import_whisper(write_openai(model, tmp_path / "tiny.pt"), package, tokenizer_json=tokenizer_path,
+                   pad_to_seconds=0)
+    t = np.arange(8 * 16000) / 16000
+    wave = (0.3 * np.sin(2 * np.pi * 300 * t) * (1 + np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    options = dict(device="cpu", threads=1, mode="greedy", vad="none", no_speech_threshold=1.0)
+    alone = Recognizer(package, **options).transcribe(wave)["segments"]
+    conditioned = Recognizer(package, condition_on_previous_text=True, initial_prompt="Hello",
+                             **options).transcribe(wave)["segments"]
+    assert [(s["start"], s["end"]) for s in conditioned] == [(0.0, 3.0), (3.0, 6.0), (6.0, 8.0)]
+    before = ["Hello"]
+    for segment in conditioned:
+        piece = wave[round(segment["start"] * 16000):round(segment["end"] * 16000)]
+        expected = Recognizer(package, initial_prompt=" ".join(before), **options).recognize_arrays([piece])[0]
+        assert segment["text"] == expected
+        before.append(segment["text"])
+    assert [s["text"] for s in conditioned] != [s["text"] for s in alone]  # the prompts changed what it wrote
+
+
 def test_whisper_words_are_timed_by_its_alignment_heads(reference, tmp_path):
     """No CTC head: `--word-timestamps` reads the alignment heads the checkpoint names (CTranslate2's config.json),
     and every word of the text gets a time inside its segment, in order, with the decoder's probability."""

@@ -63,6 +63,8 @@ HELP = {
     "min_speech": "Seconds: less speech than this is no segment (a click).",
     "min_silence": "Seconds: a pause this long ends a segment.",
     "speech_pad": "Seconds of context kept on each side of a segment's speech.",
+    "condition_on_previous_text": "Whisper packages: each window reads the text before it as its prompt, as "
+                                  "whisper does (windows then decode one at a time; off: each alone, in batches).",
     "max_window": "A model without a CTC head (Whisper): seconds of consecutive segments merged into one window "
                   "(0: its whole window, 30 s; longer windows lost sentences on long recordings).",
 }
@@ -93,7 +95,10 @@ def _parameters(skip: tuple) -> list[inspect.Parameter]:
     for f in fields(DecodeConfig):
         if f.name in skip:
             continue
-        option = typer.Option(None, flag(f.name), rich_help_panel=PANEL, help=HELP[f.name])
+        names = flag(f.name)
+        if hints[f.name] is bool:  # a switch both ways, so that a package's default can be turned off
+            names += "/--no-" + flag(f.name)[2:]
+        option = typer.Option(None, names, rich_help_panel=PANEL, help=HELP[f.name])
         kind = Optional[Path] if f.name == "hotwords" else Optional[hints[f.name]]  # hotwords: a file of them
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind))
         if f.name == "hotwords":  # and phrases one by one

@@ -222,6 +222,22 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None,
     return out
 
 
+def _decode_conditioned(recognizer, batch: list[Segment], speaker, word_timestamps: bool,
+                        before: list[str]) -> list[dict | None]:
+    """`_decode_batch` of one window with the texts `before` it (after the options' initial prompt) as its prompt,
+    as whisper's condition_on_previous_text; `before` gets its text, or is emptied after a window sampled hotter
+    than 0.5 (whisper's reset: a prompt that led there would lead there again)."""
+    prompt = " ".join([recognizer.options.initial_prompt, *before]).strip()
+    with recognizer.prompted(prompt):  # the decoder keeps the last tokens that fit (WhisperTokenizer.start_ids)
+        out = _decode_batch(recognizer, batch, speaker, word_timestamps)
+    result = out[0]
+    if result is not None and result.get("temperature", 0.0) > 0.5:
+        before.clear()
+    elif result is not None:
+        before.append(result["text"])
+    return out
+
+
 def _words(recognizer, segment: Segment, tokens: list[int], text: str, alignment) -> list[dict]:
     """The words of a segment's `text`, timed by aligning its `tokens` to its CTC log-probs (T', V), or without a
     CTC head by the decoder's attention: `alignment` = (alignment matrix, token probabilities)."""
@@ -266,7 +282,9 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
         AudioError naming the source when it cannot be read.
     """
     cfg = recognizer.config
-    batch_size = recognizer.options.batch_size
+    # whisper's condition_on_previous_text: each window's prompt is the text before it, so one window at a time
+    conditioned = recognizer.options.condition_on_previous_text and getattr(recognizer, "reads_prompt", False)
+    batch_size = 1 if conditioned else recognizer.options.batch_size
     results: list[dict] = []
     decoded = 0
     if not cfg.model.speaker_cmn:
@@ -277,7 +295,8 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
 
     def decode(batch: list[Segment]) -> None:
         nonlocal decoded
-        for segment, result in zip(batch, _decode_batch(recognizer, batch, speaker, word_timestamps)):
+        for segment, result in zip(batch, _decode_conditioned(recognizer, batch, speaker, word_timestamps, before)
+                                   if conditioned else _decode_batch(recognizer, batch, speaker, word_timestamps)):
             if result is None:
                 empty.append((segment.start, segment.end))
             else:
@@ -292,6 +311,7 @@ def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_S
 
     pending: list[Segment] = []
     empty: list[tuple[float, float]] = []  # (start, end) of segments that gave no text
+    before: list[str] = []  # conditioned: the texts the next window reads as its prompt
     with AudioStream(audio_source) as audio:  # the file is opened once
         total = audio.duration
         segments = SegmentStream(recognizer, audio, max_segment, between_blocks)
