@@ -115,22 +115,40 @@ def pause_edges_table(run: dict | None) -> list[str]:
 def longform_tables(runs: list[dict]) -> list[str]:
     """Long recordings with pauses and non-speech, by voice detector and window, from `python bench/longform.py`
     (bench/longform*.json): a table per run."""
-    lines = ["", "### Long recordings: voice detectors and windows"] if runs else []
+    lines = ["", "### Long recordings: voice detectors"] if runs else []
     for run in runs:
-        lines += ["", f"`{run['command']}`: the utterances joined in order into {run['recordings']} recordings "
-                  f"({run['minutes']:g} minutes in all) with pauses, level changes of −12 to +6 dB and {run['inserts']} "
-                  f"non-speech inserts of 2–6 s at speech level ({run['sounds']} alarm, bell, phone and signal sounds "
-                  "from Debian's sound-theme-freedesktop, and generated white and brown noise), transcribed with word "
-                  "times. Invented: words written inside an insert; deleted and inserted: the alignment's counts "
-                  f"(toolkit normalizer) of {run['rows'][0]['reference_words']} reference words; windows: how much "
-                  f"speech a Whisper window holds; {short_cpu_name(run['cpu'])}, {run['threads']} threads.", "",
-                  "| model | detector | windows | WER % | CER % | WER % (Whisper's normalizer) | invented words | "
-                  "deleted | inserted | RTF |", "|---|---|---|---|---|---|---|---|---|---|"]
+        alone, row0 = run.get("one_by_one"), run["rows"][0]
+        lines += ["", f"`{run['command']}`: {run['utterances']} test utterances joined in order into "
+                  f"{run['recordings']} recordings ({run['minutes']:g} minutes in all) with pauses, level changes of "
+                  f"−12 to +6 dB, a DC offset and {run['inserts']} non-speech inserts of 2–6 s at speech level "
+                  f"({run['sounds']} alarm, bell, phone and signal sounds from Debian's sound-theme-freedesktop, and "
+                  "generated white and brown noise), transcribed with word times; and a recording of "
+                  f"{row0.get('non_speech_minutes', 0):g} minutes of such pauses and inserts alone."
+                  + (f" One by one: the same utterances decoded alone, WER {alone['wer_toolkit']:.2f} % (CER "
+                     f"{alone['cer_toolkit']:.2f}, Whisper's normalizer {alone['wer_whisper']:.2f})." if alone else "")
+                  + " Invented: words written inside an insert (and "
+                  "per hour of the recordings); non-speech: words written for the recording without speech; deleted "
+                  "and inserted: the alignment's counts (toolkit normalizer) of "
+                  f"{row0['reference_words']} reference words; edges: the median distance from each utterance's "
+                  "speech onset (offset) to the nearest segment start (end) of the detector; windows: how much speech "
+                  "a Whisper window holds (segments: a model with a CTC head reads each segment alone); peak: the "
+                  f"process's resident memory; {short_cpu_name(run['cpu'])}, {run['threads']} threads."
+                  + (" Decoding options beside the package's: " + ", ".join(f"`{k}={v}`" for k, v in
+                                                                          run["options"].items()) + "."
+                     if run.get("options") else ""), "",
+                  "| model | detector | windows | WER % | CER % | WER % (Whisper's normalizer) | invented words (per "
+                  "hour) | non-speech words | deleted | inserted | edges s (start, end) | RTF | peak MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in run["rows"]:
-            window = f"≤ {row['max_window']:g} s" if row.get("max_window") else "whole (30 s)"
+            window = "segments" if row["windows"] is None else (f"≤ {row['windows']:g} s" if row["windows"]
+                                                                else "whole (30 s)")
+            edges = (f"{row['start_error_median']:.2f}, {row['end_error_median']:.2f}"
+                     if "start_error_median" in row else "-")
             lines.append(f"| `{run['model']}` | {row['vad']} | {window} | {row['wer_toolkit']:.2f} | "
-                         f"{row['cer_toolkit']:.2f} | {row['wer_whisper']:.2f} | {row['invented_words']} | "
-                         f"{row['deleted_toolkit']} | {row['inserted_toolkit']} | {row['rtf']:.3f} |")
+                         f"{row['cer_toolkit']:.2f} | {row['wer_whisper']:.2f} | {row['invented_words']} "
+                         f"({row['invented_per_hour']:g}) | {row.get('non_speech_words', '-')} | "
+                         f"{row['deleted_toolkit']} | {row['inserted_toolkit']} | {edges} | {row['rtf']:.3f} | "
+                         f"{row['peak_mb']:,} |")
     return lines
 
 
