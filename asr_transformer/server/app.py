@@ -1,6 +1,7 @@
 """The recognition server's application (`asr serve`): Starlette routes over loaded model packages.
 
 Routes:
+    GET  /                          → a page that captions the browser's microphone live (page.html, over /v1/stream)
     GET  /health                    → {"status": "ok", "models": [...]}
     GET  /v1/models                 → OpenAI's model list
     POST /v1/audio/transcriptions   → OpenAI's transcription API (openai_format.py)
@@ -27,10 +28,11 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -42,6 +44,8 @@ from asr_transformer.server.metrics import Metrics
 from asr_transformer.server.openai_format import GRANULARITIES, RESPONSE_FORMATS, error_body, render
 
 ENGLISH = ("", "en", "english")
+
+PAGE = Path(__file__).with_name("page.html")  # GET /: the live-caption page
 
 
 @dataclass
@@ -97,6 +101,9 @@ def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -
         raise ValueError("the server needs at least one model")
     slots = {name: ModelSlot(name, rec) for name, rec in models.items()}
     metrics = Metrics()
+
+    async def page(request: Request) -> Response:
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "models": list(slots)})
@@ -175,7 +182,7 @@ def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -
         finally:
             streams.discard(websocket)
 
-    return Starlette(routes=[route("/health", health, ["GET"]), route("/v1/models", list_models, ["GET"]),
+    return Starlette(routes=[route("/", page, ["GET"]), route("/health", health, ["GET"]), route("/v1/models", list_models, ["GET"]),
                              route("/v1/audio/transcriptions", transcriptions, ["POST"]),
                              WebSocketRoute("/v1/stream", live), route("/metrics", metrics_text, ["GET"])])
 
