@@ -208,6 +208,34 @@ def test_a_full_queue_answers_429_and_sigterm_finishes_the_requests_in_flight(pa
     assert 429 in statuses and statuses.count(200) >= 2 and set(statuses) <= {200, 429}, statuses
 
 
+def test_workers_serve_one_port_and_each_answers_as_one_process_does(package, tmp_path):
+    """--workers 2: two processes serve the port (two pids answer /health over fresh connections), concurrent
+    requests each get the text one process gives, and SIGTERM ends them all."""
+    proc, base = _start(package, "--workers", "2")
+    wavs = [_wav(tmp_path / f"w{i}.wav", 1.0 + 0.5 * i, seed=20 + i) for i in range(6)]
+    expected = [Recognizer(package, device="cpu", threads=1).transcribe(str(w))["text"] for w in wavs]
+    try:
+        pids = set()
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{base}/health", timeout=10) as r:
+                pids.add(json.loads(r.read())["pid"])
+        assert len(pids) == 2 and proc.pid not in pids, pids
+
+        def ask(wav):
+            with open(wav, "rb") as f:
+                return openai.OpenAI(base_url=f"{base}/v1", api_key="-", max_retries=0).audio.transcriptions.create(
+                    model="tiny", file=f).text
+
+        with ThreadPoolExecutor(6) as pool:
+            assert list(pool.map(ask, wavs)) == expected
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    for pid in pids:  # no worker outlives the server
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
 def test_a_websocket_stream_gives_the_finals_of_asr_transcribe_stream(server, package, tmp_path):
     from websockets.exceptions import InvalidStatus
     from websockets.sync.client import connect

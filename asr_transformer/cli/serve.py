@@ -26,6 +26,8 @@ def serve(
     max_batch_requests: int = typer.Option(16, min=1, help="Requests decoded together at most."),
     max_streams: int = typer.Option(16, min=1, help="Live streams (WebSocket /v1/stream) open at once."),
     stream_idle_seconds: float = typer.Option(30.0, min=0.1, help="Close a live stream that sends nothing this long."),
+    workers: int = typer.Option(1, min=1, help="Processes serving the same port, each with its own copy of the "
+                                "models (and, with --threads 0, an equal share of the cores)."),
     device: str = DEVICE,
     threads: int = THREADS,
 ):
@@ -38,17 +40,31 @@ def serve(
         from asr_transformer.server.app import ServeConfig, create_app
     except ImportError as e:
         fail(f"asr serve needs the serve extra ({e.name} is missing): pip install 'asr-transformer[serve]'")
-    loaded = {}
+    loaded, paths = {}, {}
     for item in models:
         name, _, path = item.rpartition("=")
         if not name:  # a file's stem (of exp/x/model.pt: x), or an export folder's name
             name = Path(path).parent.name if Path(path).stem == "model" else Path(path).stem
         if name in loaded:
             fail(f"--model {item}: the name '{name}' is taken; give NAME=PATH")
-        loaded[name] = recognizer(Path(path), device, threads, "fp32", None, None, False)
+        loaded[name] = recognizer(Path(path), device, threads, "fp32", None, None, False)  # checked: one-line errors
+        paths[name] = str(Path(path).resolve())
     config = ServeConfig(api_key=api_key, max_upload_mb=max_upload_mb, max_audio_seconds=max_audio_seconds,
                          max_queue=max_queue, batch_wait_ms=batch_wait_ms, max_batch_requests=max_batch_requests,
                          max_streams=max_streams, stream_idle_seconds=stream_idle_seconds)
     typer.echo(f"serving {', '.join(loaded)} on http://{host}:{port} (OpenAI base_url http://{host}:{port}/v1)",
                err=True)
-    uvicorn.run(create_app(loaded, config), host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
+    if workers == 1:
+        uvicorn.run(create_app(loaded, config), host=host, port=port, log_level="warning", timeout_graceful_shutdown=60)
+        return
+    import os
+
+    from asr_transformer.server.workers import SETTINGS, settings_json
+    from asr_transformer.threads import cpu_threads
+
+    loaded.clear()  # each worker loads its own copy
+    share = threads or max(1, cpu_threads(0) // workers)
+    os.environ[SETTINGS] = settings_json(paths, device, share, config)
+    typer.echo(f"{workers} workers, {share} thread(s) each", err=True)
+    uvicorn.run("asr_transformer.server.workers:app_from_environment", factory=True, workers=workers, host=host,
+                port=port, log_level="warning", timeout_graceful_shutdown=60)

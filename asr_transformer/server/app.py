@@ -2,7 +2,7 @@
 
 Routes:
     GET  /                          → a page that captions the browser's microphone live (page.html, over /v1/stream)
-    GET  /health                    → {"status": "ok", "models": [...]}
+    GET  /health                    → {"status": "ok", "models": [...], "pid": the worker process}
     GET  /v1/models                 → OpenAI's model list
     POST /v1/audio/transcriptions   → OpenAI's transcription API (openai_format.py)
     WS   /v1/stream                 → live captions: PCM in, partial and final transcripts out (live.py)
@@ -23,6 +23,7 @@ import asyncio
 import hmac
 import json
 import logging
+import os
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -106,7 +107,7 @@ def create_app(models: dict[str, object], config: ServeConfig = ServeConfig()) -
         return HTMLResponse(PAGE.read_text(encoding="utf-8"))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "models": list(slots)})
+        return JSONResponse({"status": "ok", "models": list(slots), "pid": os.getpid()})  # pid: which worker
 
     async def list_models(request: Request) -> Response:
         _authorize(request, config)
