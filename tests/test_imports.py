@@ -33,7 +33,8 @@ LAYERS = [
     # a package (or its export) put to use: the recognizer, files of any length, streams, the export and its
     # runtime, result files and checked manifests
     ["inference"],
-    ["info", "whisper", "lm_build", "plots"],  # tools on packages: describe, import Whisper, build LMs, plot
+    # tools on packages: describe, import Whisper, build LMs, plot, models by name (imported Whisper checkpoints)
+    ["info", "whisper", "lm_build", "plots", "hub"],
     ["server"],  # `asr serve`: the recognizers behind OpenAI's transcription API
     ["cli", "__main__", ""],  # the command line, the `asr` entry point, the package facade
 ]

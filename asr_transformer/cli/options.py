@@ -164,9 +164,11 @@ def read_hotwords(path: Optional[Path], phrases: List[str]) -> Optional[list]:
 def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optional[Path],
                word_lm: Optional[Path], no_lm: bool, **decoding):
     """A Recognizer for the command line, with the `decoding` options over the package's; errors are one line.
-    An `asr export` folder gives an ExportedRecognizer (onnxruntime, no PyTorch)."""
+    An `asr export` folder gives an ExportedRecognizer (onnxruntime, no PyTorch); a name (hub.py) its package,
+    fetched the first time."""
     from asr_transformer.inference.exported import ExportError, ExportedRecognizer, is_exported
 
+    model = resolved(model)
     if is_exported(model):
         if lm is not None or word_lm is not None or precision != "fp32" or device not in ("auto", "cpu"):
             fail(f"{model} is an export (onnxruntime on the CPU): it takes no --lm, --word-lm, --precision or --device "
@@ -194,6 +196,19 @@ def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optio
         fail(f"{model}: {e.strerror or e}")
     except (RuntimeError, ValueError, KeyError) as e:  # a package this toolkit cannot run: say so, no traceback
         fail(f"{model}: cannot load the model package ({e})")
+
+
+def resolved(model: Path) -> Path:
+    """A model's path, or a name's package (hub.py: from the cache, a bundling package or a download, saying what it
+    does on stderr); one error line when a name cannot be resolved."""
+    from asr_transformer.hub import ModelNameError, is_name, resolve
+
+    if not is_name(model):
+        return model
+    try:
+        return resolve(model, say=lambda line: typer.echo(line, err=True))
+    except (ModelNameError, OSError) as e:
+        fail(str(e))
 
 
 def _notice_unsigned(model: Path) -> None:

@@ -14,7 +14,8 @@ from asr_transformer.cli.options import recognizer
 @app.command()
 def serve(
     models: List[str] = typer.Option(..., "--model", "-m", help="A model package or export to serve, as NAME=PATH "
-                                     "or PATH (named after its file); repeatable, the first is the default."),
+                                     "or PATH (named after its file), or a model's name (whisper-tiny.en, …); "
+                                     "repeatable, the first is the default."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
     api_key: Optional[str] = typer.Option(None, envvar="ASR_API_KEY", help="Require 'Authorization: Bearer KEY' "
@@ -43,12 +44,14 @@ def serve(
     loaded, paths = {}, {}
     for item in models:
         name, _, path = item.rpartition("=")
-        if not name:  # a file's stem (of exp/x/model.pt: x), or an export folder's name
-            name = Path(path).parent.name if Path(path).stem == "model" else Path(path).stem
+        if not name:  # a model's name (whisper-tiny.en), a file's stem (of exp/x/model.pt: x), an export folder's
+            from asr_transformer.hub import is_name
+
+            name = path if is_name(path) else Path(path).parent.name if Path(path).stem == "model" else Path(path).stem
         if name in loaded:
             fail(f"--model {item}: the name '{name}' is taken; give NAME=PATH")
         loaded[name] = recognizer(Path(path), device, threads, "fp32", None, None, False)  # checked: one-line errors
-        paths[name] = str(Path(path).resolve())
+        paths[name] = str(Path(loaded[name].path).resolve())  # a name's: its package in the cache
     config = ServeConfig(api_key=api_key, max_upload_mb=max_upload_mb, max_audio_seconds=max_audio_seconds,
                          max_queue=max_queue, batch_wait_ms=batch_wait_ms, max_batch_requests=max_batch_requests,
                          max_streams=max_streams, stream_idle_seconds=stream_idle_seconds)

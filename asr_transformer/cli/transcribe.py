@@ -16,8 +16,9 @@ from asr_transformer.cli.output import StreamPrinter, TranscriptionProgress, out
 @decoding_options(skip=("nbest",))  # a transcript is the best hypothesis of each segment
 def transcribe(
     audio: List[str] = typer.Argument(..., help="Audio files (any format soundfile reads); - reads stdin."),
-    model: Path = typer.Option(..., "--model", "-m", help="Model package, or an ONNX export (asr export): "
-                               "onnxruntime, no PyTorch."),
+    model: Optional[Path] = typer.Option(None, "--model", "-m", help="Model package, an ONNX export (asr export: "
+                                         "onnxruntime, no PyTorch), or a name (whisper-tiny.en, whisper-base, …: "
+                                         "fetched once into ~/.cache/asr-transformer). Default: whisper-tiny.en."),
     output_dir: Optional[Path] = typer.Option(None, "--out", "-o", "--output-dir",
                                               help="Write <basename>.<ext> into this folder (--output-dir: "
                                                    "whisper's name); inputs that share a basename keep their "
@@ -68,6 +69,11 @@ def transcribe(
     max_segment = MAX_SEGMENT if max_segment is None else max_segment
     _check_transcribe_options(audio, output_dir, output_format, max_segment)
     cue_options = _cue_options(max_line_width, max_line_count, max_words_per_cue)
+    if model is None:  # as `whisper audio.wav` does: a default, said
+        from asr_transformer.hub import DEFAULT
+
+        typer.secho(f"note: no --model given: using {DEFAULT}", fg="yellow", err=True)
+        model = Path(DEFAULT)
     chunk_ms = decoding.pop("chunk_ms", None) if stream else None  # --stream: the audio per encoder step
     rec = recognizer(model, device, threads, precision, lm, word_lm, no_lm, **decoding, nbest=1)
     if stream:

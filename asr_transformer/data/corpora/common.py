@@ -286,10 +286,11 @@ def print_summary(summary: dict) -> None:
 # --- downloading and extracting ---------------------------------------------------------------
 
 
-def download(url: str, dest: str | os.PathLike, timeout: float = 60.0) -> Path:
+def download(url: str, dest: str | os.PathLike, timeout: float = 60.0,
+             advice: str = "download it yourself, extract it and pass its folder with --source") -> Path:
     """Download `url` to the file `dest` with a progress bar; atomic (temp file + rename).
 
-    Does nothing if `dest` exists. Raises CorpusError with what to do when offline.
+    Does nothing if `dest` exists. Raises CorpusError with what to do when offline (`advice`).
     """
     dest = Path(dest)
     if dest.exists():
@@ -310,10 +311,7 @@ def download(url: str, dest: str | os.PathLike, timeout: float = 60.0) -> Path:
     except (urllib.error.URLError, OSError) as e:
         Path(tmp).unlink(missing_ok=True)
         reason = getattr(e, "reason", e)
-        raise CorpusError(
-            f"cannot download {url} ({reason}); check the network, or download it yourself, "
-            f"extract it and pass its folder with --source"
-        ) from None
+        raise CorpusError(f"cannot download {url} ({reason}); check the network, or {advice}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
