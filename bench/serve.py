@@ -34,6 +34,7 @@ from asr_transformer.data.manifest import read_manifest  # noqa: E402
 from asr_transformer.inference.recognizer import Recognizer  # noqa: E402
 from asr_transformer.threads import cpu_threads  # noqa: E402
 from bounded_search import cpu_name  # noqa: E402
+from repo_paths import command_line  # noqa: E402
 
 
 def free_port() -> int:
@@ -134,7 +135,8 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=120)
     lone = next((r["p50"] for r in rows if r["clients"] == 1), None)
-    result = {"model": str(args.model), "manifest": str(args.manifest), "threads": threads,
+    result = {"command": command_line("serve.py", sys.argv[1:]), "model": str(args.model),
+              "manifest": str(args.manifest), "threads": threads,
               "cpu": cpu_name(), "cores": os.cpu_count(),
               "mean audio seconds": float(np.mean([seconds[i] for i in picks])), "server peak MB": peak,
               "lone request p50": lone, "rows": rows}

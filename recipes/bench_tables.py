@@ -74,7 +74,7 @@ def benchmarks_section(bench: Path) -> str:
                              f"{on['per_audio_second']['ctc_terms']:,.0f} |")
     lines += hotwords_table([_load(path) for path in sorted(bench.glob("hotwords_*.json"))])
     lines += gpu_table(_load(bench / "gpu_check.json"))
-    lines += serve_table(_load(bench / "serve.json"))
+    lines += serve_table([_load(path) for path in sorted(bench.glob("serve*.json"))])
     lines += whisper_memory_table(_load(bench / "whisper_memory.json"))
     lines += word_times_table(_load(bench / "word_times.json"))
     lines += pause_edges_table(_load(bench / "pause_edges.json"))
@@ -169,14 +169,19 @@ def whisper_memory_table(run: dict | None) -> list[str]:
     return lines
 
 
-def serve_table(run: dict | None) -> list[str]:
-    """`asr serve` under concurrent clients from `python bench/serve.py` (bench/serve.json), against decoding the
-    same files one at a time."""
-    if not run:
-        return []
+def serve_table(runs: list[dict]) -> list[str]:
+    """`asr serve` under concurrent clients from `python bench/serve.py` (bench/serve*.json), against decoding the
+    same files one at a time: a table per model."""
+    lines = ["", "### Serving (`asr serve`)"] if runs else []
+    for run in runs:
+        lines += _serve_rows(run)
+    return lines
+
+
+def _serve_rows(run: dict) -> list[str]:
     alone = run["rows"][0]
-    lines = ["", "### Serving (`asr serve`)", "",
-             f"`python bench/serve.py {run['model']} {run['manifest']}`: clients send its files (mean "
+    command = run.get("command") or f"python bench/serve.py {run['model']} {run['manifest']}"
+    lines = ["", f"`{command}`: clients send its files (mean "
              f"{run['mean audio seconds']:.1f} s) to POST /v1/audio/transcriptions, each waiting for its answer; "
              f"one at a time in one process: {alone['requests/s']:.2f} requests/s. Latency in seconds; batch: "
              f"requests the server decoded together; server peak memory {run['server peak MB']:.0f} MB; "
