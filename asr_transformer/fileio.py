@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -51,3 +52,12 @@ def write_json(path: str | os.PathLike, obj) -> None:
 def read_json(path: str | os.PathLike):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1-MB blocks, so that a large file is never held whole."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

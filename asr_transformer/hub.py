@@ -19,7 +19,6 @@ only once it is whole and its checksum matches, so an interrupted one leaves not
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import sys
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from asr_transformer.errors import UserError
+from asr_transformer.fileio import file_sha256
 
 OPENAI = "https://openaipublic.azureedge.net/main/whisper/models"
 DEFAULT = "whisper-tiny.en"  # what `asr transcribe` uses without --model
@@ -144,12 +144,9 @@ def _download(name: str, source: Published, base_url: str, say) -> Path:
                  "whisper FILE --tokenizer tokenizer.json)")
     except CorpusError as e:
         raise ModelNameError(str(e)) from None
-    digest = hashlib.sha256()
-    with open(target, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    if digest.hexdigest() != source.sha256:
+    digest = file_sha256(target)
+    if digest != source.sha256:
         target.unlink()
-        raise ModelNameError(f"{name}: the download's SHA-256 is {digest.hexdigest()}, not {source.sha256}; it was "
-                             "deleted: try again")
+        raise ModelNameError(f"{name}: the download's SHA-256 is {digest}, not {source.sha256}; it was deleted: try "
+                             "again")
     return target

