@@ -271,3 +271,27 @@ def test_a_gated_stream_gives_finals_where_there_is_speech_and_the_same_for_any_
     assert len(finals[0.1]) == len(spans), finals[0.1]
     for (start, end, text), (a, b) in zip(finals[0.1], spans):
         assert text and a - 0.4 <= start and end <= b + 1.2  # on its digit, not the noise or tone after it
+
+
+def test_a_voice_gate_forgets_what_no_later_question_reaches_and_answers_the_same():
+    """VoiceGate.forget drops the flags before an utterance's start (a stream of hours keeps its current
+    utterance's only); questions about later stretches get the answers they got before, earlier ones an error."""
+    from asr_transformer.inference.energy_vad import EnergyDetector
+    from asr_transformer.inference.voice_gate import VoiceGate
+
+    t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
+    tone = (0.3 * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
+    x = np.concatenate([tone, np.zeros(SAMPLE_RATE, np.float32)] * 3)
+    gate = VoiceGate(EnergyDetector())
+    for i in range(0, x.size, 1234):
+        gate.push(x[i:i + 1234])
+    gate.finish()
+    spans = [(2 * SAMPLE_RATE + k * 4000, 2 * SAMPLE_RATE + k * 4000 + 12000) for k in range(8)]
+    before = [(gate.heard(a, b), gate.quiet(a, b)) for a, b in spans]
+    held = gate._flags.size
+    gate.forget(2 * SAMPLE_RATE)
+    assert gate._flags.size == held - 2 * SAMPLE_RATE // gate.frame
+    assert [(gate.heard(a, b), gate.quiet(a, b)) for a, b in spans] == before
+    assert any(h for h, _ in before) and any(not h for h, _ in before)  # tone and silence both asked about
+    with pytest.raises(ValueError, match="forgotten"):
+        gate.heard(0, SAMPLE_RATE)

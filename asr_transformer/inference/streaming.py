@@ -140,6 +140,8 @@ class StreamingRecognizer:
                                       context=self.recognizer.context)
         self._enc: list[torch.Tensor] = []  # the utterance's encoder chunks (1, c, D)
         self._start_frame = self._frames_done  # input frame the utterance starts at
+        if self.gate is not None:
+            self.gate.forget(self._start_frame * self.hop)  # only this utterance's speech flags are asked about
         self._blank_run, self._spoke = 0, False  # trailing encoder frames whose best label is blank; any speech yet
 
     # ----------------------------------------------------------------------------------------- input

@@ -21,7 +21,8 @@ class VoiceGate:
     def __init__(self, detector):
         self.detector, self.frame = detector, detector.frame
         self._pending = np.zeros(0, np.float32)  # samples of a frame not yet complete
-        self._flags = np.zeros(0, bool)  # per frame from the stream's start: speech or not
+        self._flags = np.zeros(0, bool)  # per frame from frame `_first` on: speech or not
+        self._first = 0  # frames before it are forgotten (`forget`)
 
     def push(self, samples: np.ndarray) -> None:
         """The stream's next 16 kHz samples, (n,) float32."""
@@ -37,9 +38,19 @@ class VoiceGate:
         if self._pending.size:
             self.push(np.zeros(self.frame - self._pending.size, np.float32))
 
+    def forget(self, before: int) -> None:
+        """Drop the flags of frames before sample `before`'s frame: no later question starts before it (a stream's
+        next utterance), so a stream of hours keeps only its current utterance's flags."""
+        drop = min(before // self.frame - self._first, self._flags.size)
+        if drop > 0:
+            self._flags, self._first = self._flags[drop:], self._first + drop
+
     def _frames(self, start: int, end: int) -> np.ndarray:
         """Flags of the frames that end inside samples (start, end] and start at or after `start`'s frame."""
-        first, last = start // self.frame, min(end // self.frame, self._flags.size)
+        if start // self.frame < self._first:
+            raise ValueError(f"sample {start}: its frame was forgotten")
+        first = start // self.frame - self._first
+        last = min(end // self.frame - self._first, self._flags.size)
         return self._flags[first:last] if last > first else self._flags[:0]
 
     def heard(self, start: int, end: int) -> bool:
