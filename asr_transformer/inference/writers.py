@@ -176,7 +176,7 @@ def write_decoding(folder: str | os.PathLike, utts, nbests: list, text: Callable
     write_hypotheses(folder, utts, nbests, text)
     write_json(Path(folder) / "rtf.json", {
         "mode": about.get("mode"), "utterances": len(utts), "audio_seconds": round(audio, 3),
-        "decode_seconds": round(decode, 4), "rtf": rtf, "feature_seconds": round(features, 4),
+        "decode_seconds": round(decode, 6), "rtf": rtf, "feature_seconds": round(features, 6),
         "feature_rtf": features / max(audio, 1e-9), **about})
     summary = {"dir": str(folder), "rtf": rtf, "decode_seconds": decode, "audio_seconds": audio}
     if score:
