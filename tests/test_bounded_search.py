@@ -3,6 +3,7 @@ end_detect, split_seconds): what they leave out, that the work they allow stays 
 random speech, and that an easy input decodes the same with them and without. Tiny random models; the work is
 counted (`recognize(..., stats=...)`), never timed."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -158,8 +159,8 @@ class _Forbidding:
     """An LM that forbids tokens 5 and 6 everywhere (as a LexiconLM forbids phones that continue no word)."""
 
     def next_log_probs(self, histories):
-        out = torch.zeros(histories.size(0), 12)
-        out[:, [5, 6]] = float("-inf")
+        out = np.zeros((len(histories), 12), np.float32)
+        out[:, [5, 6]] = -np.inf
         return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -38,22 +39,26 @@ def test_a_partial_match_is_paid_while_it_runs_and_given_back_when_it_fails():
     graph = ContextGraph([([1, 2, 3], 2.0)], vocab_size=10)
     state, bonuses = graph.start(1), []
     for token in (1, 2, 9):
-        state, bonus = graph.step(state, torch.tensor([[token]]))
-        state, bonuses = state[:, 0], bonuses + [float(bonus)]
+        state, bonus = graph.step(state, np.array([[token]]))
+        state, bonuses = state[:, 0], bonuses + [bonus.item()]
     assert bonuses == [2.0, 2.0, -4.0]  # the failed start earns nothing
-    state = graph.step(graph.start(1), torch.tensor([[1]]))[0][:, 0]
-    assert float(graph.finish(state)) == -2.0  # ended inside the phrase: its part back
+    state = graph.step(graph.start(1), np.array([[1]]))[0][:, 0]
+    assert graph.finish(state).item() == -2.0  # ended inside the phrase: its part back
     assert graph.score([1, 2, 3]) == 6.0 and graph.score([1, 2]) == 0.0 and graph.score([7, 1, 2, 3, 1]) == 6.0
 
 
-def test_batched_steps_equal_one_at_a_time():
+def test_batched_steps_equal_one_at_a_time_in_numpy_and_torch():
     graph = ContextGraph([([1, 2], 1.0), ([2, 3, 4], 1.5), ([4], 0.5)], vocab_size=6)
-    states = torch.tensor([0, 1, 2, 3, 4])
-    tokens = torch.tensor([[0, 1, 2, 3, 4, 5]] * 5)
+    states = np.array([0, 1, 2, 3, 4])
+    tokens = np.array([[0, 1, 2, 3, 4, 5]] * 5)
     nxt, bonus = graph.step(states, tokens)
     for i in range(5):
         n1, b1 = graph.step(states[i:i + 1], tokens[i:i + 1])
-        assert torch.equal(n1[0], nxt[i]) and torch.equal(b1[0], bonus[i])
+        assert np.array_equal(n1[0], nxt[i]) and np.array_equal(b1[0], bonus[i])
+    t_nxt, t_bonus = graph.step(torch.from_numpy(states), torch.from_numpy(tokens))  # the tables copied to torch
+    assert isinstance(t_nxt, torch.Tensor) and np.array_equal(t_nxt.numpy(), nxt)
+    assert np.array_equal(t_bonus.numpy(), bonus) and np.array_equal(graph.finish(torch.from_numpy(states)).numpy(),
+                                                                     graph.finish(states))
 
 
 def test_list_formats_and_their_errors(tmp_path):

@@ -260,11 +260,11 @@ def _lm_log_probs(s: _Search, ys: torch.Tensor, running: torch.Tensor) -> torch.
     """The LM's log-probabilities of the next token after each running hypothesis ys (N, t) → (N, V); -inf in the
     rows of empty slots, which are not queried."""
     if bool(running.all()):
-        return s.lm.next_log_probs(ys)
+        return torch.from_numpy(s.lm.next_log_probs(ys.tolist())).to(ys.device)
     out = torch.full((ys.size(0), s.V), NEG_INF, device=ys.device)
     rows = running.nonzero().squeeze(1)
     if rows.numel():
-        out[rows] = s.lm.next_log_probs(ys[rows]).to(out.dtype)
+        out[rows] = torch.from_numpy(s.lm.next_log_probs(ys[rows].tolist())).to(out)
     return out
 
 

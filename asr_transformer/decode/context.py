@@ -13,7 +13,8 @@ hypothesis ends, gives the unfinished part back (`finish`). So the bonus of a fi
 of the phrases it contains, whatever it started and left: nothing is gained by starting a hotword and leaving it.
 
 Everything is a lookup in two (states × phrase tokens) tables, so a step biases a whole batch of hypotheses ×
-candidate tokens at once, on any device.
+candidate tokens at once: numpy arrays in, numpy arrays out (the exported recognizer, without PyTorch), or torch
+tensors on any device (the tables are copied to it once).
 
     graph = ContextGraph([([12, 40, 7], 2.0), ([99], 3.0)], vocab_size=500)
     state = graph.start(4)                        # (4,) hypotheses at the root
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 
 @dataclass
@@ -105,42 +106,50 @@ class ContextGraph:
         bonus = [[self.nodes[to].out + partial[to] - partial[node] for to in row] for node, row in enumerate(nxt)]
         for node in range(S):
             bonus[node][C] = -partial[node]  # any other token: back to the root
-        self.columns = torch.full((self.vocab_size,), C, dtype=torch.long)
-        if tokens:
-            self.columns[torch.tensor(tokens)] = torch.arange(C)
-        self.next_state = torch.tensor(nxt, dtype=torch.long)
-        self.step_bonus = torch.tensor(bonus, dtype=torch.float32)
-        self.end_bonus = -torch.tensor(partial, dtype=torch.float32)
+        columns = np.full(self.vocab_size, C, np.int64)
+        columns[tokens] = np.arange(C)
+        self.tables = {"numpy": (columns, np.array(nxt, np.int64).reshape(S, C + 1),
+                                 np.array(bonus, np.float32).reshape(S, C + 1), -np.array(partial, np.float32))}
 
     def _goto(self, node: int, token: int, children: list[dict[int, int]]) -> int:
         while node and token not in children[node]:
             node = self.nodes[node].fail
         return children[node].get(token, 0)
 
+    def _tables_like(self, x) -> tuple:
+        """(columns, next_state, step_bonus, end_bonus) as numpy arrays for a numpy `x`, else as torch tensors on
+        x's device (copied there once)."""
+        if isinstance(x, np.ndarray):
+            return self.tables["numpy"]
+        return self.to(x.device).tables[str(x.device)]
+
     def to(self, device) -> "ContextGraph":
-        """The graph's tables on `device` (in place; returns self)."""
-        self.columns, self.next_state = self.columns.to(device), self.next_state.to(device)
-        self.step_bonus, self.end_bonus = self.step_bonus.to(device), self.end_bonus.to(device)
+        """Copy the tables to a torch `device` once, ahead of the searches that read them there; returns self."""
+        if str(device) not in self.tables:
+            import torch
+
+            self.tables[str(device)] = tuple(torch.from_numpy(t).to(device) for t in self.tables["numpy"])
         return self
 
-    def start(self, n: int, device=None) -> torch.Tensor:
+    def start(self, n: int) -> np.ndarray:
         """(n,) states at the root, for n new hypotheses."""
-        return torch.zeros(n, dtype=torch.long, device=device or self.next_state.device)
+        return np.zeros(n, np.int64)
 
-    def step(self, states: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """states (...,) and tokens (..., K) → (next states, bonuses), both (..., K)."""
-        cols = self.columns[tokens.clamp(0, self.vocab_size - 1)]
-        rows = states.unsqueeze(-1).expand_as(cols)
-        return self.next_state[rows, cols], self.step_bonus[rows, cols]
+    def step(self, states, tokens):
+        """states (...,) and tokens (..., K), numpy arrays or torch tensors → (next states, bonuses), both (..., K)."""
+        columns, next_state, step_bonus, _ = self._tables_like(states)
+        cols = columns[tokens.clip(0, self.vocab_size - 1)]
+        rows = states[..., None]
+        return next_state[rows, cols], step_bonus[rows, cols]
 
-    def finish(self, states: torch.Tensor) -> torch.Tensor:
+    def finish(self, states):
         """The bonus a hypothesis in each state gets when it ends (≤ 0: the unfinished phrase's part back)."""
-        return self.end_bonus[states]
+        return self._tables_like(states)[3][states]
 
     def score(self, tokens: list[int]) -> float:
         """The bonus of a whole hypothesis: its phrases' bonuses (`step` over its tokens, then `finish`)."""
         state, total = self.start(1), 0.0
         for token in tokens:
-            state, bonus = self.step(state, torch.tensor([[token]], device=state.device))
-            state, total = state[:, 0], total + float(bonus)
-        return total + float(self.finish(state))
+            state, bonus = self.step(state, np.array([[token]]))
+            state, total = state[:, 0], total + bonus.item()
+        return total + self.finish(state).item()

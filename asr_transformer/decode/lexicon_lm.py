@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
+import numpy as np
 
 from asr_transformer.decode.ngram import NgramLM
 from asr_transformer.tokens import EOS, MASK, SOS, UNK
@@ -106,11 +106,11 @@ class LexiconLM:
 
     # -------------------------------------------------------------------------- the LM interface
 
-    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
-        """histories (N, L) token ids starting with <sos> → weighted LM score of each next token (N, V);
-        -inf where the lexicon forbids the token."""
-        out = torch.full((histories.size(0), self.vocab_size), NEG_INF)
-        for row, prefix in enumerate(histories.tolist()):
+    def next_log_probs(self, histories: Sequence[Sequence[int]]) -> np.ndarray:
+        """histories: N rows of token ids starting with <sos> → weighted LM score of each next token (N, V)
+        float32; -inf where the lexicon forbids the token."""
+        out = np.full((len(histories), self.vocab_size), NEG_INF, np.float32)
+        for row, prefix in enumerate(histories):
             done, node = self._walk(tuple(prefix))
             if node != ROOT:
                 out[row, EOS] = NO_WORD  # replaced below where a word ends
@@ -125,14 +125,14 @@ class LexiconLM:
                 out[row, self.word_start] = self.word_weight * lp
                 out[row, EOS] = self.word_weight * then_end
         if self.token_lm is not None and self.token_weight != 0.0:
-            out = out + self.token_weight * self.token_lm.next_log_probs(histories.cpu())
-        return out.to(histories.device)
+            out = out + np.float32(self.token_weight) * self.token_lm.next_log_probs(histories)
+        return out
 
     def sentence_log_prob(self, tokens: Sequence[int]) -> float:
         """The weighted LM score of the whole hypothesis `tokens` followed by <eos> (-inf outside the lexicon)."""
         prefix, total = [SOS], 0.0
         for token in [*map(int, tokens), EOS]:
-            total += float(self.next_log_probs(torch.tensor([prefix]))[0, token])
+            total += float(self.next_log_probs([prefix])[0, token])
             prefix.append(token)
         return total
 

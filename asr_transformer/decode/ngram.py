@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
-import torch
 
 from asr_transformer.errors import UserError
 from asr_transformer.tokens import BLANK, EOS, MASK, NUM_SPECIAL, SOS, UNK
@@ -63,7 +62,7 @@ class BackoffQueries:
 
     order: int
     vocab_size: int
-    _cache: dict[tuple, torch.Tensor]
+    _cache: dict[tuple, np.ndarray]
 
     def _unk_unigram(self) -> float | None:
         """log p(<unk>) as order 1 lists it, or None."""
@@ -73,44 +72,44 @@ class BackoffQueries:
         """log back-off weight of history h (len ≥ 1; 0 when the file gives none)."""
         raise NotImplementedError
 
-    def _listed_after(self, h: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _listed_after(self, h: tuple) -> tuple[np.ndarray, np.ndarray] | None:
         """(ids (K,) int64, log p (K,) float64) of the n-grams the file lists after history h (h = () for order 1),
         or None."""
         raise NotImplementedError
 
-    def distribution(self, history: Sequence[int]) -> torch.Tensor:
+    def distribution(self, history: Sequence[int]) -> np.ndarray:
         """log p(· | history) over the vocabulary, (V,) float32; only the last order-1 ids matter."""
         h = tuple(int(t) for t in history[max(0, len(history) - (self.order - 1)):]) if self.order > 1 else ()
         return self._dense(h)
 
-    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
-        """histories (N, L) token ids starting with <sos> → log p(next | history) (N, V) on their device."""
-        keep = min(histories.size(1), self.order - 1)
-        rows = histories[:, histories.size(1) - keep:].tolist() if keep > 0 else [[] for _ in range(histories.size(0))]
-        return torch.stack([self._dense(tuple(r)) for r in rows]).to(histories.device)
+    def next_log_probs(self, histories: Sequence[Sequence[int]]) -> np.ndarray:
+        """histories: N rows of token ids starting with <sos> (a list, or an array's `tolist()`) → log p(next |
+        history) (N, V) float32."""
+        keep = self.order - 1
+        return np.stack([self._dense(tuple(r[max(0, len(r) - keep):]) if keep > 0 else ()) for r in histories])
 
     def sentence_log_prob(self, tokens: Sequence[int]) -> float:
         """log p(tokens </s> | <s>) (natural log)."""
         seq = [SOS, *tokens, EOS]
         return float(sum(self.distribution(seq[:i])[seq[i]] for i in range(1, len(seq))))
 
-    def _dense(self, h: tuple) -> torch.Tensor:
+    def _dense(self, h: tuple) -> np.ndarray:
         """log p(· | h) as a (V,) float32 vector by ARPA's rule, built from the shorter history's and cached."""
         vec = self._cache.get(h)
         if vec is not None:
             return vec
         if not h:
-            vec = torch.full((self.vocab_size,), float("-inf"))
+            vec = np.full(self.vocab_size, -np.inf, np.float32)
             unk = self._unk_unigram()
             if unk is not None:  # ids the file does not list are <unk>
-                vec.fill_(unk)
-                vec[list(NOT_PREDICTED)] = float("-inf")
+                vec.fill(unk)
+                vec[list(NOT_PREDICTED)] = -np.inf
         else:
             vec = self._dense(h[1:]) + self._backoff_weight(h)
         listed = self._listed_after(h)
         if listed is not None:
-            vec = vec.clone()
-            vec[listed[0]] = listed[1].to(vec.dtype)
+            vec = vec.copy()
+            vec[listed[0]] = listed[1].astype(vec.dtype)
         if (len(self._cache) + 1) * self.vocab_size > CACHE_FLOATS:
             self._cache.clear()
         self._cache[h] = vec
@@ -129,7 +128,7 @@ class NgramLM(BackoffQueries):
         self.order, self.vocab_size = order, vocab_size
         self.prob, self.backoff = prob, backoff
         self.words = words  # a word LM's vocabulary (word → id); None for an LM over a tokenizer's pieces
-        self._cache: dict[tuple, torch.Tensor] = {}
+        self._cache: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------------------------------ queries
 
@@ -139,11 +138,11 @@ class NgramLM(BackoffQueries):
     def _backoff_weight(self, h: tuple) -> float:
         return self.backoff.get(h, 0.0)
 
-    def _listed_after(self, h: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _listed_after(self, h: tuple) -> tuple[np.ndarray, np.ndarray] | None:
         listed = self.prob.get(len(h) + 1, {}).get(h, {})
         if not listed:
             return None
-        return torch.tensor(list(listed), dtype=torch.long), torch.tensor(list(listed.values()), dtype=torch.float64)
+        return np.array(list(listed), np.int64), np.array(list(listed.values()), np.float64)
 
     def ngram_counts(self) -> list[int]:
         """The n-grams listed of each order 1..order (those ending in <s>, a context only, not counted)."""

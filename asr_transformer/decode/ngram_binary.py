@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from asr_transformer.decode.ngram import LN10, NOT_PREDICTED, SPECIAL_WORDS, BackoffQueries, NgramError, NgramLM
 from asr_transformer.tokens import NUM_SPECIAL, SOS, UNK
@@ -82,7 +81,7 @@ class BinaryNgramLM(BackoffQueries):
         self._keys = {k: arrays[f"keys{k}"] for k in range(2, order + 1)}
         self._prob = {k: arrays[f"prob{k}"] for k in range(2, order + 1)}
         self._backoff = {k: arrays[f"backoff{k}"] for k in range(2, order)}
-        self._cache: dict[tuple, torch.Tensor] = {}
+        self._cache: dict[tuple, np.ndarray] = {}
         self._memo: dict[tuple, float] = {}
         self._nodes: dict[tuple, int] = {}
 
@@ -180,12 +179,11 @@ class BinaryNgramLM(BackoffQueries):
         idx = self._node(h)
         return self._backoff_of(len(h), idx) if idx >= 0 and len(h) < self.order else 0.0
 
-    def _listed_after(self, h: tuple) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _listed_after(self, h: tuple) -> tuple[np.ndarray, np.ndarray] | None:
         if not h:
             p1 = np.asarray(self._p1)
             ids = np.flatnonzero(p1 == p1)
-            return (torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(p1[ids].astype(np.float64))) \
-                if len(ids) else None
+            return (ids.astype(np.int64), p1[ids].astype(np.float64)) if len(ids) else None
         k = len(h) + 1
         if k not in self._keys:
             return None
@@ -199,7 +197,7 @@ class BinaryNgramLM(BackoffQueries):
         ok = probs == probs  # NaN: a prefix of a listed n-gram, not itself listed
         if not ok.any():
             return None
-        return torch.from_numpy(ids[ok].astype(np.int64)), torch.from_numpy(probs[ok].astype(np.float64))
+        return ids[ok].astype(np.int64), probs[ok].astype(np.float64)
 
     # ----------------------------------------------------------------------------------- file
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
+import numpy as np
 
 from asr_transformer.decode.ngram import NgramLM
 from asr_transformer.text import NormalizerConfig, normalize
@@ -51,7 +51,7 @@ class WordBoundaryLM:
         self.token_lm, self.token_weight = token_lm, float(token_weight)
         self.vocab_size = len(pieces)
         self.pieces = [p if i > MASK else "" for i, p in enumerate(pieces)]
-        self.starts_word = torch.tensor([p.startswith(WORD_START) for p in self.pieces])  # (V,)
+        self.starts_word = np.array([p.startswith(WORD_START) for p in self.pieces])  # (V,)
         self._state: dict[tuple, tuple[tuple[int, ...], str]] = {}
         self._ids: dict[str, tuple[int, ...]] = {}  # spelled word → its LM ids: normalized once, not every step
 
@@ -97,17 +97,18 @@ class WordBoundaryLM:
 
     # -------------------------------------------------------------------------- the LM interface
 
-    def next_log_probs(self, histories: torch.Tensor) -> torch.Tensor:
-        """histories (N, L) token ids starting with <sos> → weighted LM score of each next token (N, V)."""
+    def next_log_probs(self, histories: Sequence[Sequence[int]]) -> np.ndarray:
+        """histories: N rows of token ids starting with <sos> → weighted LM score of each next token (N, V)
+        float32."""
         if self.token_lm is not None and self.token_weight != 0.0:
-            out = self.token_weight * self.token_lm.next_log_probs(histories).cpu()
+            out = np.float32(self.token_weight) * self.token_lm.next_log_probs(histories)
         else:
-            out = torch.zeros(histories.size(0), self.vocab_size)
-        scores = self.word_weight * torch.tensor([self._word_scores(*self._words(tuple(row)))
-                                                  for row in histories.tolist()]).view(-1, 2)  # word ends, then </s>
-        out = out + torch.where(self.starts_word, scores[:, :1], 0.0)
+            out = np.zeros((len(histories), self.vocab_size), np.float32)
+        scores = np.float32(self.word_weight) * np.array([self._word_scores(*self._words(tuple(row)))
+                                                          for row in histories], np.float32).reshape(-1, 2)
+        out = out + np.where(self.starts_word, scores[:, :1], np.float32(0.0))  # word ends, then </s>
         out[:, EOS] += scores[:, 1]
-        return out.to(histories.device)
+        return out
 
     def sentence_log_prob(self, tokens: Sequence[int]) -> float:
         """The weighted LM score of the whole hypothesis `tokens` followed by <eos>."""
