@@ -20,7 +20,8 @@ from asr_transformer.data.audio import load_utterance  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
 from asr_transformer.data.tokenizer import load_tokenizer  # noqa: E402
 from asr_transformer.inference.export import DecoderExport, DecoderStepExport, EncoderExport, export_package  # noqa: E402
-from asr_transformer.inference.exported import EXPORTED_MODES, ExportedRecognizer, fbank  # noqa: E402
+from asr_transformer.inference.exported import EXPORTED_MODES, ExportedRecognizer  # noqa: E402
+from asr_transformer.inference.exported_features import fbank  # noqa: E402
 from asr_transformer.model.asr import ASRModel  # noqa: E402
 from asr_transformer.package import save_package  # noqa: E402
 from asr_transformer.inference.recognizer import Recognizer  # noqa: E402
@@ -136,13 +137,56 @@ def test_torchscript_equals_pytorch(exported, B, T):
 def test_exported_recognizer_writes_the_package_transcripts(exported, tone_corpus, mode):
     root, _ = exported
     waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
-    package = Recognizer(root / "model.pt", device="cpu", threads=1, mode=mode, batch_size=3)
-    onnx = ExportedRecognizer(root / "onnx", threads=1, mode=mode, batch_size=3)
+    bonus = 3.0  # a length bonus, so that the random model's beams do not end at once
+    package = Recognizer(root / "model.pt", device="cpu", threads=1, mode=mode, batch_size=3, length_penalty=bonus)
+    onnx = ExportedRecognizer(root / "onnx", threads=1, mode=mode, batch_size=3, length_penalty=bonus)
     assert onnx.recognize_arrays(waves) == package.recognize_arrays(waves)
     got = [h for i in range(0, len(waves), 3) for h in onnx.decode_waves(waves[i:i + 3])]
     want = [h for i in range(0, len(waves), 3) for h in package.decode_waves(waves[i:i + 3])]
     assert [h.tokens for h in got] == [h.tokens for h in want] and any(h.tokens for h in want)
     np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def exported_with_lms(exported, tone_corpus):
+    """The `exported` package with a token 3-gram, a word bigram and hotwords among its defaults, and its export."""
+    from asr_transformer.data.manifest import read_manifest as read
+    from asr_transformer.lm_build import build_lm
+    from asr_transformer.package import set_decoding
+
+    root, _ = exported
+    texts = root / "train.txt"
+    texts.write_text("".join(u.text + "\n" for u in read(tone_corpus / "train.jsonl")))
+    build_lm([texts], tone_corpus / "tokenizer", root / "tokens.arpa", order=3)
+    build_lm([texts], tone_corpus / "tokenizer", root / "words.arpa", order=2, words=True)
+    set_decoding(root / "model.pt", root / "lms.pt", options={"lm_weight": 0.4, "word_lm_weight": 0.3,
+                                                                "hotwords": ["ab", "dc\t2.5"], "beam": 4},
+                 lms={"lm": root / "tokens.arpa", "word_lm": root / "words.arpa"})
+    export_package(root / "lms.pt", root / "lms_onnx")
+    return root / "lms.pt", root / "lms_onnx"
+
+
+@pytest.mark.parametrize("mode", ["beam", "joint", "rescore", "ctc_beam"])
+def test_an_export_fuses_the_packages_lms_and_hotwords_as_the_package_does(exported_with_lms, tone_corpus, mode):
+    package_path, export_path = exported_with_lms
+    meta = json.loads((export_path / "export.json").read_text())
+    assert meta["lms"] == {"lm": {"file": "lm.ngram", "name": "tokens.arpa"},
+                           "word_lm": {"file": "word_lm.ngram", "name": "words.arpa"}}
+    waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
+    kw = dict(threads=1, mode=mode, batch_size=3, length_penalty=3.0)
+    package, onnx = Recognizer(package_path, device="cpu", **kw), ExportedRecognizer(export_path, **kw)
+    assert onnx.lms == {"lm": "tokens.arpa", "word_lm": "words.arpa"}
+    got = [h for i in range(0, len(waves), 3) for h in onnx.decode_waves(waves[i:i + 3])]
+    want = [h for i in range(0, len(waves), 3) for h in package.decode_waves(waves[i:i + 3])]
+    assert [h.tokens for h in got] == [h.tokens for h in want] and any(h.tokens for h in want)
+    fused = ("lm", "context") if mode != "ctc_beam" else ("context",)  # hotwords alone bias ctc_beam
+    assert all(set(fused) <= set(h.parts) for h in want + got)
+    np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-3)
+    for key in fused:
+        np.testing.assert_allclose([h.parts[key] for h in got], [h.parts[key] for h in want], atol=1e-3)
+    # without the LMs and hotwords the search is another (so the ones above took part)
+    plain = ExportedRecognizer(export_path, lm=False, word_lm=False, hotwords=[], **kw)
+    assert [h.score for h in plain.decode_waves(waves[:3])] != pytest.approx([h.score for h in got[:3]], abs=1e-3)
 
 
 def test_int8_export_is_smaller_and_close(exported, tone_corpus):
@@ -225,13 +269,13 @@ def test_transcribe_an_export_without_torch(exported, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
-    expected = Recognizer(root / "model.pt", device="cpu", threads=1, mode="rescore").transcribe(tmp_path / "talk.wav")
+    expected = Recognizer(root / "model.pt", device="cpu", threads=1).transcribe(tmp_path / "talk.wav")
     assert result["text"] == expected["text"] and len(result["segments"]) == len(expected["segments"]) >= 1
-    assert json.loads((root / "onnx/export.json").read_text())["config"]["decode"]["mode"] == "rescore"  # not joint
+    assert json.loads((root / "onnx/export.json").read_text())["config"]["decode"]["mode"] == "joint"  # the package's
     # options an export cannot honour are one clear line
-    proc = subprocess.run([sys.executable, "-c", code.replace("'-f', 'json'", "'--mode', 'joint'")],
+    proc = subprocess.run([sys.executable, "-c", code.replace("'-f', 'json'", "'--mode', 'maskctc'")],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "joint beam search and LMs need the PyTorch package" in proc.stderr
+    assert proc.returncode == 1 and "other modes need the PyTorch package" in proc.stderr
 
 
 def test_asr_decode_an_export_writes_what_the_package_decoding_writes(exported, tone_corpus, tmp_path):
@@ -257,7 +301,7 @@ def test_asr_decode_an_export_writes_what_the_package_decoding_writes(exported, 
 @pytest.mark.parametrize("beam", [1, 3, 8])
 def test_numpy_ctc_prefix_beam_search_equals_the_torch_one(beam):
     from asr_transformer.decode.ctc_prefix import ctc_prefix_beam_search as torch_search
-    from asr_transformer.inference.exported import ctc_prefix_beam_search
+    from asr_transformer.inference.exported_search import ctc_prefix_beam_search
 
     g = torch.Generator().manual_seed(beam)
     for T, V in ((1, 5), (30, 8), (60, 20)):

@@ -216,11 +216,12 @@ def test_foreign_sources_are_refused(tmp_path):
 
 
 def test_exported_whisper_decodes_as_pytorch(reference, tmp_path):
-    """ONNX export of an imported Whisper: numpy features equal torch's, greedy decoding gives PyTorch's tokens
-    (the prompt read first, suppressed ids never emitted, the output capped by the position table)."""
+    """ONNX export of an imported Whisper: numpy features equal torch's, greedy and beam decoding give PyTorch's
+    tokens (the prompt read first, suppressed ids never emitted, the output capped by the position table)."""
     pytest.importorskip("onnxruntime")
     from dataclasses import replace
 
+    from asr_transformer.decode.beam import beam_search
     from asr_transformer.decode.greedy import greedy_search
     from asr_transformer.inference.export import export_package
     from asr_transformer.inference.exported import ExportedRecognizer
@@ -230,7 +231,7 @@ def test_exported_whisper_decodes_as_pytorch(reference, tmp_path):
     import_whisper(_write("openai", reference), package, tokenizer_json=tokenizer_path, pad_to_seconds=0)
     export_package(package, tmp_path / "onnx")
     exported = ExportedRecognizer(tmp_path / "onnx")
-    assert exported.options.mode == "greedy"
+    assert exported.options.mode == "beam"  # the package's
     wave = np.random.RandomState(4).randn(16000).astype(np.float32) * 0.1
     assert np.allclose(exported.features(wave), whisper_log_mel(torch.from_numpy(wave)).numpy(), atol=1e-4)
 
@@ -239,9 +240,15 @@ def test_exported_whisper_decodes_as_pytorch(reference, tmp_path):
     with torch.no_grad():
         enc, enc_lens = model.encode(torch.nn.utils.rnn.pad_sequence(feats, batch_first=True), torch.tensor([60, 44]))
         expected = [h[0].tokens for h in greedy_search(model, enc, enc_lens, max_len_ratio=1.0)]
-    got = exported.decode_features([f.numpy() for f in feats], replace(exported.options, max_len_ratio=1.0))
+        opts = replace(exported.options, max_len_ratio=1.0, beam=3, length_penalty=2.0)  # long outputs: the cap
+        beams = [h[0] for h in beam_search(model, enc, enc_lens, opts.beam, length_penalty=opts.length_penalty,
+                                           max_len_ratio=1.0, end_detect=opts.end_detect)]
+    got = exported.decode_features([f.numpy() for f in feats], replace(opts, mode="greedy"))
     assert [h.tokens for h in got] == expected
     assert max(len(t) for t in expected) <= model.decoder.max_tokens
+    got = exported.decode_features([f.numpy() for f in feats], opts)
+    assert [h.tokens for h in got] == [h.tokens for h in beams] and all(h.tokens for h in beams)
+    np.testing.assert_allclose([h.score for h in got], [h.score for h in beams], atol=1e-3)
     with pytest.raises(Exception, match="no CTC head"):
         ExportedRecognizer(tmp_path / "onnx", mode="rescore")
 

@@ -97,13 +97,14 @@ def export_(
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write the export into."),
     fmt: str = typer.Option("onnx", "--format", help="onnx (runs with onnxruntime) or torchscript."),
     int8: bool = typer.Option(False, "--int8", help="Quantize the ONNX graphs' weights to int8."),
-    mode: Optional[str] = typer.Option(None, help="The export's default decoding mode: ctc, ctc_beam, rescore or "
-                                       "greedy (default: the package's, if one of these, else rescore)."),
+    mode: Optional[str] = typer.Option(None, help="The export's default decoding mode: ctc, ctc_beam, rescore, "
+                                       "greedy, beam or joint (default: the package's)."),
     force: bool = typer.Option(False, "--force", help="Write into --out even when it holds files but no export."),
 ):
     """Export a model package for inference without this toolkit's PyTorch code: the encoder with its CTC head and
-    the decoder step with its key/value cache (dynamic batch and time axes), the tokenizer and the decoding
-    defaults beside them. `asr transcribe --model FOLDER` runs an ONNX export with onnxruntime."""
+    the decoder step with its key/value cache (dynamic batch and time axes), the tokenizer, the package's LMs and
+    decoding defaults beside them. `asr transcribe --model FOLDER` runs an ONNX export with onnxruntime, decoding as
+    the package does."""
     from asr_transformer.checkpoint_io import CheckpointError
     from asr_transformer.inference.export import export_package
     from asr_transformer.inference.exported import EXPORTED_MODES

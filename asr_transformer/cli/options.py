@@ -169,12 +169,15 @@ def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optio
     from asr_transformer.inference.exported import ExportError, ExportedRecognizer, is_exported
 
     model = resolved(model)
+    if no_lm and (lm is not None or word_lm is not None):
+        fail("--no-lm and --lm/--word-lm: choose one")
     if is_exported(model):
-        if lm is not None or word_lm is not None or precision != "fp32" or device not in ("auto", "cpu"):
-            fail(f"{model} is an export (onnxruntime on the CPU): it takes no --lm, --word-lm, --precision or --device "
+        if precision != "fp32" or device not in ("auto", "cpu"):
+            fail(f"{model} is an export (onnxruntime on the CPU): it takes no --precision or --device "
                  "(export with --int8 for int8)")
         try:
-            return ExportedRecognizer(model, threads, **decoding)
+            return ExportedRecognizer(model, threads, lm=False if no_lm else lm, word_lm=False if no_lm else word_lm,
+                                      **decoding)
         except (ExportError, OSError, KeyError) as e:
             fail(str(e))
     from asr_transformer.checkpoint_io import CheckpointError
@@ -182,8 +185,6 @@ def recognizer(model: Path, device: str, threads: int, precision: str, lm: Optio
     from asr_transformer.decode.search import DecodeError
     from asr_transformer.inference.recognizer import Recognizer
 
-    if no_lm and (lm is not None or word_lm is not None):
-        fail("--no-lm and --lm/--word-lm: choose one")
     check_device(device, precision)
     try:
         loaded = Recognizer(model, device=device, precision=precision, threads=threads,

@@ -28,6 +28,7 @@ from asr_transformer.decode.beam import beam_search, join_pieces, split_at_pause
 from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
 from asr_transformer.decode.fallback import fall_back
 from asr_transformer.decode.fallback import no_speech as check_no_speech
+from asr_transformer.decode.fusion import BIASED_MODES, LM_MODES, fusion_lm, read_lm, transcriber  # noqa: F401
 from asr_transformer.decode.greedy import greedy_search, sample_search
 from asr_transformer.decode.maskctc import maskctc_search
 from asr_transformer.errors import DecodeError
@@ -38,8 +39,6 @@ from asr_transformer.tokens import EOS, IGNORE_ID, PAD, SOS
 __all__ = ["MODES", "DecodeError", "Hypothesis", "recognize", "rescore", "attention_scores", "check_modes", "read_lm", "fusion_lm",
            "transcriber"]
 
-LM_MODES = ("beam", "joint", "rescore")  # the modes an n-gram LM takes part in
-BIASED_MODES = ("beam", "joint", "ctc_beam", "rescore")  # the modes hotwords take part in
 
 
 # ------------------------------------------------------------------------------------------ recognize
@@ -205,57 +204,3 @@ def _search(model, enc: torch.Tensor, enc_lens: torch.Tensor, mode: str, opts: D
         return [h[:nbest] or [Hypothesis([], float("-inf"))] for h in hyps]
     return [h[:nbest] for h in rescore(model, enc, enc_lens, hyps, opts.ctc_weight, opts.length_penalty,
                                         lm, opts.lm_weight, context)]
-
-
-# ------------------------------------------------------------------------------------------ LMs
-
-
-def read_lm(source, tokenizer, words: bool, where: str | None = None):
-    """An LM → BinaryNgramLM (decode/ngram_binary.py: NgramLM's scores, memory-mapped arrays): over `tokenizer`'s
-    pieces, or a word LM (`asr lm --words`) with `words`.
-
-    source: an ARPA file's path (converted once, and cached when large), a binary LM's path, or the
-    gzip-compressed ARPA text a model package stores (bytes; `where` names it).
-    A clear DecodeError when it cannot be read or does not fit the tokenizer."""
-    import zlib
-
-    from asr_transformer.decode.ngram import NgramError
-    from asr_transformer.decode.ngram_binary import load_lm
-    from asr_transformer.decode.word_lm import WORD_START
-
-    pieces = None if words else tokenizer.pieces(range(tokenizer.vocab_size))
-    kind = "word LM" if words else "token LM"
-    try:
-        if isinstance(source, (bytes, bytearray)):
-            lm = load_lm(bytes(source), pieces, where or kind)
-        else:
-            lm = load_lm(source, pieces)
-    except (NgramError, OSError, UnicodeDecodeError, EOFError, zlib.error) as e:
-        raise DecodeError(f"{kind}: {e}") from None
-    if words and any(w.startswith(WORD_START) for w in lm.words):
-        raise DecodeError(f"word LM {where or source}: its words are a tokenizer's pieces; train a word LM with "
-                          "`asr lm --words` (or use this one as the token LM)")
-    return lm
-
-
-def fusion_lm(tokenizer, token_lm=None, lm_weight: float = DecodeConfig.lm_weight, word_lm=None,
-              word_lm_weight: float = DecodeConfig.word_lm_weight):
-    """The LM to fuse and the weight to fuse it with: (None, β) without any; (token_lm, β) with a token LM alone;
-    with a word LM a WordBoundaryLM that applies both weights itself, with weight 1 — for a phone model a
-    LexiconLM, which also keeps the search to the words of the word LM. The weights default to DecodeConfig's."""
-    from asr_transformer.decode.word_lm import WordBoundaryLM
-
-    if word_lm is None:
-        return token_lm, lm_weight
-    if tokenizer.model_type == "phone":
-        from asr_transformer.decode.lexicon_lm import LexiconLM
-
-        return LexiconLM(tokenizer, word_lm, word_lm_weight, token_lm, lm_weight), 1.0
-    return WordBoundaryLM(tokenizer.word_pieces(range(tokenizer.vocab_size)), word_lm, word_lm_weight, token_lm,
-                          lm_weight, tokenizer.normalizer), 1.0
-
-
-def transcriber(tokenizer, lm=None):
-    """tokens → text for people: a LexiconLM's words (the homophones it chose) when it took part, else the
-    tokenizer's `transcript` (a phone tokenizer's: words, the nearest for a non-word) or `decode`."""
-    return getattr(lm, "transcript", None) or getattr(tokenizer, "transcript", None) or tokenizer.decode

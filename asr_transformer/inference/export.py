@@ -14,8 +14,10 @@
                        → log_probs (N, L, V): every position at once, for attention rescoring
     weights.bin        the graphs' weights, each stored once (`onnx_weights.py`: the decoder graphs share theirs)
     tokenizer.bin      the tokenizer (a sentencepiece model, or a phone tokenizer's lexicon)
+    lm.ngram, word_lm.ngram   the package's LMs, where it stores them (`decode/ngram_binary.py`'s memory-mapped
+                       format), fused as the package fuses them
     export.json        format and version, the config (features, model shape, decoding defaults), the
-                       tokenizer's metadata, the files and their precision
+                       tokenizer's metadata, the files and their precision, the LMs
 
 Batch, time and cache axes are dynamic (decoder positions up to MAX_POSITIONS). TorchScript (`--format
 torchscript`) writes encoder.pt, decoder_step.pt and decoder.pt with the same inputs and outputs. `--int8`
@@ -137,9 +139,10 @@ def _names(layers: int, ctc: bool = True):
 def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str = "onnx", int8: bool = False,
                    mode: str | None = None) -> dict:
     """Export `package` into the folder `out`; → {file name: size in bytes}. The export decodes with `mode` by
-    default (else the package's mode where an export can run it, else rescore). Raises ValueError for what
+    default (else the package's mode where an export can run it, else joint, or beam without a CTC head). Raises ValueError for what
     cannot be exported (a model.speaker_cmn model: its speaker means are computed outside the graph)."""
-    from asr_transformer.inference.exported import EXPORTED_MODES
+    from asr_transformer.inference.exported import ATTENTION_MODES, EXPORTED_MODES
+    from asr_transformer.decode.fusion import read_lm
     from asr_transformer.package import load_package, read_package
 
     if fmt not in FORMATS:
@@ -151,10 +154,10 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     if cfg.model.speaker_cmn:
         raise ValueError(f"{package}: a model.speaker_cmn model normalizes by speaker means computed outside the "
                          "model; export supports global and per-utterance CMVN")
-    usable = EXPORTED_MODES if cfg.model.ctc else ("greedy",)  # without a CTC head: the attention decoder alone
+    usable = EXPORTED_MODES if cfg.model.ctc else ATTENTION_MODES  # without a CTC head: the attention decoder alone
     if mode is not None and mode not in usable:
         raise ValueError(f"--mode {mode}: this export decodes with {', '.join(usable)}")
-    fallback = "rescore" if cfg.model.ctc else "greedy"
+    fallback = "joint" if cfg.model.ctc else "beam"
     cfg.decode.mode = mode or (cfg.decode.mode if cfg.decode.mode in usable else fallback)
     if isinstance(model.decoder.pos, PositionalEncoding):
         model.decoder.pos.pe = model.decoder.pos.pe[:MAX_POSITIONS].clone()  # a constant of the decoder graphs
@@ -185,10 +188,15 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
         files["weights"] = WEIGHTS
     with atomic_open(out / "tokenizer.bin", "wb") as f:
         f.write(tokenizer.model_bytes)
+    lms = {}
+    for kind, stored in sorted((state.get("lms") or {}).items()):  # binary LMs: no conversion when loaded
+        read_lm(stored["arpa_gz"].numpy().tobytes(), tokenizer, kind == "word_lm",
+                f"{package}:{stored['name']}").save(out / f"{kind}.ngram")
+        lms[kind] = {"file": f"{kind}.ngram", "name": stored["name"]}
     write_json(out / "export.json", {
         "format": FORMAT, "version": VERSION, "runtime": fmt, "precision": "int8" if int8 else "fp32",
         "files": files, "tokenizer": "tokenizer.bin", "tokenizer_meta": tokenizer.meta(), "config": to_dict(cfg),
-        "package": str(package), "info": state.get("info") or {}})
+        "lms": lms, "package": str(package), "info": state.get("info") or {}})
     return {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
 
 

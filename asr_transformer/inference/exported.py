@@ -4,36 +4,41 @@
     asr = ExportedRecognizer("exp/phone/onnx")
     print(asr.transcribe("audio.wav")["text"])
 
-`asr transcribe --model DIR` takes this path when DIR is an export. Decoding modes (`EXPORTED_MODES`):
-ctc (best path), ctc_beam (CTC prefix beam search), rescore (ctc_beam's n-best rescored by the attention decoder,
-all positions at once: λ·log P_ctc + (1−λ)·log p_att + length bonus) and greedy (autoregressive attention
-decoding, a step at a time with the key/value cache). Joint CTC/attention beam search and the n-gram LMs need the PyTorch package. Audio at
-other rates than 16 kHz is resampled with torchaudio, so 16 kHz input keeps PyTorch out entirely.
+`asr transcribe --model DIR` takes this path when DIR is an export. It decodes as the package does, with the
+package's searches written in numpy (`exported_search.py`) and its LMs and hotwords (numpy objects of `decode/`):
+the modes of `EXPORTED_MODES` (ctc, ctc_beam, rescore, greedy, beam and joint; a model without a CTC head: greedy and
+beam), the token and word LMs (and a phone model's lexicon) that the export stores, in beam, joint and rescore,
+and hotwords in beam, joint, ctc_beam and rescore. Not here: sampling (temperature), Mask-CTC, and a
+Whisper model's prompt options and silence check. Audio at other rates than 16 kHz is resampled with torchaudio,
+so 16 kHz input keeps PyTorch out entirely.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import fields, replace
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from asr_transformer.config import DecodeConfig, FeatureConfig, from_dict, max_output_tokens
+from asr_transformer.config import DecodeConfig, from_dict, max_output_tokens
 from asr_transformer.decode import Hypothesis
-from asr_transformer.errors import UserError
+from asr_transformer.decode.fusion import BIASED_MODES, LM_MODES, fused_lms, fusion_lm, read_lm, transcriber
+from asr_transformer.errors import DecodeError, UserError
 from asr_transformer.fileio import read_json
+from asr_transformer.frames import chunk_frames
+from asr_transformer.inference.exported_features import fbank
+from asr_transformer.inference.exported_search import (beam_search, ctc_greedy, ctc_prefix_beam_search,
+                                                       split_at_pauses)
 from asr_transformer.numerals import spell_numbers
 from asr_transformer.inference.segmenter import check_vad
 from asr_transformer.threads import cpu_threads
 from asr_transformer.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 
 FORMAT, VERSION = "asr-export", 1  # as export.py writes them (that module imports torch)
-EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy")
+EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy", "beam", "joint")
+ATTENTION_MODES = ("greedy", "beam")  # what a model without a CTC head decodes with
 NEG_INF = -np.inf
-INT16_SCALE = 32768.0
 
 
 class ExportError(UserError, ValueError):
@@ -43,154 +48,6 @@ class ExportError(UserError, ValueError):
 def is_exported(path: str | os.PathLike) -> bool:
     """Whether `path` is a folder written by `asr export`."""
     return Path(path).is_dir() and (Path(path) / "export.json").is_file()
-
-
-# ----------------------------------------------------------------------------------------------- features
-
-
-@lru_cache(maxsize=8)
-def _mel_banks(num_bins: int, padded: int, sample_rate: int, low_freq: float = 20.0) -> np.ndarray:
-    """Kaldi's triangular mel filters (num_bins, padded // 2 + 1), as features.mel_banks."""
-    def mel(f):
-        return 1127.0 * np.log1p(f / 700.0)
-
-    low, high = mel(low_freq), mel(0.5 * sample_rate)
-    delta = (high - low) / (num_bins + 1)
-    i = np.arange(num_bins, dtype=np.float64)[:, None]
-    left, center, right = low + i * delta, low + (i + 1) * delta, low + (i + 2) * delta
-    m = mel(sample_rate / padded * np.arange(padded // 2, dtype=np.float64))[None, :]
-    banks = np.maximum(np.minimum((m - left) / (center - left), (right - m) / (right - center)), 0.0)
-    return np.pad(banks, ((0, 0), (0, 1))).astype(np.float32)  # the Nyquist bin gets no weight
-
-
-def fbank(wave: np.ndarray, cfg: FeatureConfig = FeatureConfig()) -> np.ndarray:
-    """(samples,) float in [-1, 1] → (frames, num_mel_bins) float32 log-mel energies; the numpy twin of
-    `data.features.fbank` (Kaldi's: povey window, pre-emphasis 0.97, DC removal, snip edges); with
-    ``cfg.kind == "whisper"`` Whisper's features (`whisper_log_mel`), as there."""
-    if cfg.kind == "whisper":
-        return whisper_log_mel(wave, cfg.num_mel_bins, int(cfg.pad_to_seconds * cfg.sample_rate))
-    win = int(cfg.sample_rate * cfg.frame_length_ms / 1000)
-    hop = int(cfg.sample_rate * cfg.frame_shift_ms / 1000)
-    padded = 1 << (win - 1).bit_length()
-    wave = np.asarray(wave, dtype=np.float32)
-    if wave.size < win:
-        return np.zeros((0, cfg.num_mel_bins), np.float32)
-    frames = np.lib.stride_tricks.sliding_window_view(wave * np.float32(INT16_SCALE), win)[::hop]
-    frames = frames - frames.mean(axis=1, keepdims=True)
-    frames = np.concatenate([frames[:, :1] * (1 - 0.97), frames[:, 1:] - 0.97 * frames[:, :-1]], axis=1)
-    window = ((0.5 - 0.5 * np.cos(2 * math.pi * np.arange(win) / (win - 1))) ** 0.85).astype(np.float32)
-    power = np.abs(np.fft.rfft(frames * window, n=padded)) ** 2
-    mel = power.astype(np.float32) @ _mel_banks(cfg.num_mel_bins, padded, cfg.sample_rate).T
-    return np.log(np.maximum(mel, np.finfo(np.float32).eps)).astype(np.float32)
-
-
-def whisper_log_mel(wave: np.ndarray, num_bins: int = 80, pad_to: int = 0) -> np.ndarray:
-    """(samples,) float in [-1, 1] → (samples // 160, num_bins) float32; the numpy twin of
-    `data.features.whisper_log_mel` (Whisper's features)."""
-    wave = np.asarray(wave, dtype=np.float32)
-    if wave.size < pad_to:
-        wave = np.pad(wave, (0, pad_to - wave.size))
-    n_fft, hop, frames = 400, 160, wave.size // 160
-    if frames == 0:
-        return np.zeros((0, num_bins), np.float32)
-    if wave.size <= n_fft // 2:  # too short to reflect: zeros beyond the end, as the torch version
-        wave = np.pad(wave, (0, n_fft // 2 + 1 - wave.size))
-    padded = np.pad(wave, n_fft // 2, mode="reflect")
-    window = (0.5 - 0.5 * np.cos(2 * math.pi * np.arange(n_fft) / n_fft)).astype(np.float32)  # periodic Hann
-    chunks = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop][:frames]
-    power = np.abs(np.fft.rfft(chunks * window, n=n_fft)) ** 2  # (frames, 201)
-    log_mel = np.log10(np.maximum(power.astype(np.float32) @ _slaney_banks(num_bins, n_fft).T, 1e-10))
-    log_mel = np.maximum(log_mel, log_mel.max() - 8.0)
-    return ((log_mel + 4.0) / 4.0).astype(np.float32)
-
-
-@lru_cache(maxsize=4)
-def _slaney_banks(num_bins: int, n_fft: int, sample_rate: int = 16000) -> np.ndarray:
-    """Slaney-scale triangular filters of unit area (num_bins, n_fft // 2 + 1), as features.slaney_mel_banks."""
-    step = math.log(6.4) / 27.0
-    to_mel = lambda hz: np.where(hz < 1000.0, 3.0 * hz / 200.0, 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / step)  # noqa: E731
-    to_hz = lambda mel: np.where(mel < 15.0, 200.0 * mel / 3.0, 1000.0 * np.exp(step * (mel - 15.0)))  # noqa: E731
-    fft_hz = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
-    edges = to_hz(np.linspace(0.0, float(to_mel(np.float64(sample_rate / 2))), num_bins + 2))
-    left, center, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]
-    banks = np.maximum(np.minimum((fft_hz - left) / (center - left), (right - fft_hz) / (right - center)), 0.0)
-    return (banks * (2.0 / (right - left))).astype(np.float32)
-
-
-# ------------------------------------------------------------------------------------------- CTC search
-
-
-def ctc_greedy(log_probs: np.ndarray, length: int) -> Hypothesis:
-    """Best path of one utterance: log_probs (T, V) → tokens (repeats merged, blanks dropped), log P(path)."""
-    best = log_probs[:length].argmax(-1)
-    score = float(log_probs[np.arange(length), best].sum())
-    tokens = [int(t) for i, t in enumerate(best) if t != BLANK and (i == 0 or t != best[i - 1])]
-    return Hypothesis(tokens, score, {"ctc": score})
-
-
-_HASH_MUL = 1_000_003  # prefix hash h·c = h·_HASH_MUL + c + 1 (int64, wrapping), as decode/ctc_prefix.py
-
-
-def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
-    top = x.max(axis=axis, keepdims=True)
-    safe = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
-        return (np.log(np.exp(x - safe).sum(axis=axis, keepdims=True)) + safe).squeeze(axis)
-
-
-def ctc_prefix_beam_search(log_probs: np.ndarray, length: int, beam: int) -> list[Hypothesis]:
-    """CTC prefix beam search over one utterance's log_probs (T, V), the numpy twin of
-    `decode.ctc_prefix.ctc_prefix_beam_search` (the same steps, vectorized over beams × tokens): each frame,
-    every prefix stays or grows by one of the `beam` most probable tokens; an extension equal to a prefix in the
-    beam merges into it; the `beam` most probable survive. → hypotheses, best first."""
-    x = log_probs[:length].astype(np.float32)
-    T, V = x.shape
-    W, K = beam, max(1, min(beam, V - 1))
-    tokens_only = x.copy()
-    tokens_only[:, BLANK] = NEG_INF
-    top_tok = np.argsort(-tokens_only, axis=1, kind="stable")[:, :K]  # (T, K)
-    top_lp = np.take_along_axis(x, top_tok, 1)
-    pb = np.full(W, NEG_INF, np.float32)
-    pb[0] = 0.0
-    pnb = np.full(W, NEG_INF, np.float32)
-    last, size, hsh = np.full(W, -1), np.zeros(W, np.int64), np.zeros(W, np.int64)
-    parents, emits = [], []
-    with np.errstate(over="ignore"):
-        for t in range(T):
-            ck, lk = top_tok[t], top_lp[t]
-            total = np.logaddexp(pb, pnb)
-            stay_b = total + x[t, BLANK]
-            stay_nb = pnb + np.where(last >= 0, x[t, np.maximum(last, 0)], NEG_INF)
-            ext = (np.where(ck[None, :] == last[:, None], pb[:, None], total[:, None]) + lk[None, :]).ravel()
-            ext_hash = (hsh[:, None] * _HASH_MUL + ck[None, :] + 1).ravel()
-            ext_size, ext_last = np.repeat(size + 1, K), np.tile(ck, W)
-            match = ((hsh[:, None] == ext_hash[None, :]) & (size[:, None] == ext_size[None, :])
-                     & (last[:, None] == ext_last[None, :]) & np.isfinite(total)[:, None])  # (W, W·K)
-            stay_nb = np.logaddexp(stay_nb, _logsumexp(np.where(match, ext[None, :], NEG_INF), 1)).astype(np.float32)
-            ext = np.where(match.any(0), NEG_INF, ext).astype(np.float32)
-            idx = np.argsort(-np.concatenate([np.logaddexp(stay_b, stay_nb), ext]), kind="stable")[:W]
-            stay = idx < W
-            e = np.maximum(idx - W, 0)
-            src = np.where(stay, idx, e // K)
-            token = np.where(stay, -1, ext_last[e])
-            pb = np.where(stay, stay_b[src], NEG_INF).astype(np.float32)
-            pnb = np.where(stay, stay_nb[src], ext[e]).astype(np.float32)
-            last, size = np.where(stay, last[src], token), np.where(stay, size[src], ext_size[e])
-            hsh = np.where(stay, hsh[src], ext_hash[e])
-            parents.append(src)
-            emits.append(token)
-    scores = np.logaddexp(pb, pnb)
-    hyps = []
-    for w in np.argsort(-scores, kind="stable"):
-        if not np.isfinite(scores[w]):
-            continue
-        tokens, i = [], w
-        for t in range(T - 1, -1, -1):  # backtrack the emitted tokens
-            if emits[t][i] >= 0:
-                tokens.append(int(emits[t][i]))
-            i = parents[t][i]
-        hyps.append(Hypothesis(tokens[::-1], float(scores[w]), {"ctc": float(scores[w])}))
-    return hyps
 
 
 # ------------------------------------------------------------------------------------------- recognizer
@@ -203,10 +60,12 @@ class ExportedRecognizer:
 
     Args:
         folder: the export. threads: CPU threads for onnxruntime (0: OMP_NUM_THREADS when set, else all cores).
+        lm, word_lm: an ARPA or binary LM file instead of the one the export stores; False: none (None: the
+            export's, if any).
         options: DecodeConfig fields that override the export's decoding defaults (mode: one of EXPORTED_MODES).
     """
 
-    def __init__(self, folder: str | os.PathLike, threads: int = 0, **options):
+    def __init__(self, folder: str | os.PathLike, threads: int = 0, lm=None, word_lm=None, **options):
         import onnxruntime as ort
 
         from asr_transformer.data.tokenizer import tokenizer_from_bytes
@@ -222,21 +81,25 @@ class ExportedRecognizer:
         if options.get("language") or options.get("initial_prompt"):
             raise ExportError("language and initial_prompt: an export reads the prompt it was exported with; use the "
                               "model package")
-        if options.get("hotwords"):
-            raise ExportError("hotwords: an export decodes without them (onnxruntime's search has no context graph); "
-                              "use the model package")
         if options.get("temperature") or options.get("temperature_increment"):
             raise ExportError("temperature: an export does not sample; use the model package")
-        # a package's hotwords and fallback: unused here
-        self.options = replace(self.config.decode, **{**options, "hotwords": [], "temperature": 0.0,
-                                                      "temperature_increment": 0.0})
-        self.modes = EXPORTED_MODES if self.config.model.ctc else ("greedy",)  # no CTC head: the decoder alone
+        self.options = replace(self.config.decode, **{**options, "temperature": 0.0, "temperature_increment": 0.0})
+        self.modes = EXPORTED_MODES if self.config.model.ctc else ATTENTION_MODES
         self._check_mode(self.options.mode)
         try:
             check_vad(self.options)
         except ValueError as e:
             raise ExportError(str(e)) from None
         self.tokenizer = tokenizer_from_bytes((self.path / meta["tokenizer"]).read_bytes(), meta["tokenizer_meta"])
+        self.context = self._context()
+        self.lms: dict[str, str] = {}
+        try:
+            loaded = {kind: self._read_lm(kind, source, meta.get("lms") or {})
+                      for kind, source in (("lm", lm), ("word_lm", word_lm))}
+        except DecodeError as e:
+            raise ExportError(str(e)) from None
+        self.fusion, self.lm_weight = fusion_lm(self.tokenizer, loaded["lm"], self.options.lm_weight, loaded["word_lm"],
+                                                self.options.word_lm_weight)
         so = ort.SessionOptions()
         self.threads = so.intra_op_num_threads = cpu_threads(threads)
         so.log_severity_level = 3
@@ -246,16 +109,40 @@ class ExportedRecognizer:
             ort.InferenceSession(str(self.path / meta["files"][name]), so, providers=["CPUExecutionProvider"])
             for name in ("decoder_step", "decoder"))
         self.layers = sum(o.name.startswith("cross_kv_") for o in self.encoder.get_outputs())
-        self.device, self.precision, self.lms = "cpu", meta.get("precision", "fp32"), {}
+        self.device, self.precision = "cpu", meta.get("precision", "fp32")
         m = self.config.model
         self.prompt = list(m.decoder_prompt)  # ids read before BEGIN (Whisper's start sequence)
         self.max_tokens = max_output_tokens(m)  # as Decoder.max_tokens
 
     def _check_mode(self, mode: str) -> None:
         if mode not in self.modes:
-            more = "" if self.config.model.ctc else " (this model has no CTC head)"
-            raise ExportError(f"mode {mode}: this export decodes with {', '.join(self.modes)}{more}; joint beam "
-                              "search and LMs need the PyTorch package")
+            more = " (this model has no CTC head)" if not self.config.model.ctc else ""
+            raise ExportError(f"mode {mode}: this export decodes with {', '.join(self.modes)}{more}; other modes "
+                              "need the PyTorch package")
+
+    def _context(self):
+        """The hotwords' context graph (`decode/hotwords.py`), or None."""
+        from asr_transformer.decode.hotwords import HotwordError, context_graph
+
+        if not self.options.hotwords:
+            return None
+        try:
+            return context_graph(self.tokenizer, self.options.hotwords, self.options.hotword_score)
+        except HotwordError as e:
+            raise ExportError(str(e)) from None
+
+    def _read_lm(self, kind: str, source, stored: dict):
+        """The LM of `kind`: `source` (a file), or with None the one the export stores (export.json's "lms"); None
+        for False or nothing stored."""
+        if source is False:
+            return None
+        if source is None:
+            if kind not in stored:
+                return None
+            self.lms[kind] = stored[kind]["name"]
+            return read_lm(str(self.path / stored[kind]["file"]), self.tokenizer, kind == "word_lm")
+        self.lms[kind] = str(source)
+        return read_lm(source, self.tokenizer, kind == "word_lm")
 
     def features(self, wave: np.ndarray) -> np.ndarray:
         return fbank(wave, self.config.features)
@@ -348,15 +235,21 @@ class ExportedRecognizer:
         return self._search(*self.encode(feats), opts)
 
     def _search(self, ctc: np.ndarray, enc_lens: np.ndarray, cross: list, opts: DecodeConfig) -> list[Hypothesis]:
-        """A batch's encoder outputs (`encode`) → the best hypothesis of each utterance with `opts`."""
+        """A batch's encoder outputs (`encode`) → the best hypothesis of each utterance with `opts`, as
+        `search.recognize` finds it."""
         B, mode = len(enc_lens), opts.mode
+        lm = self.fusion if mode in LM_MODES else None
+        context = self.context if mode in BIASED_MODES else None
         if int(enc_lens.max()) == 0:  # every utterance too short to give one encoder frame (as search.recognize)
             return [Hypothesis([], 0.0) for _ in range(B)]
         if mode == "ctc":
             return [ctc_greedy(ctc[b], int(enc_lens[b])) for b in range(B)]
         if mode == "greedy":
             return self.greedy(cross, enc_lens, opts.max_len_ratio)
-        nbest = [ctc_prefix_beam_search(ctc[b], int(enc_lens[b]), opts.beam) for b in range(B)]
+        if mode in ("beam", "joint"):
+            return [self._beam(ctc[b] if mode == "joint" else None, int(enc_lens[b]), [c[b:b + 1] for c in cross],
+                               opts, lm, context) for b in range(B)]
+        nbest = [ctc_prefix_beam_search(ctc[b], int(enc_lens[b]), opts.beam, context) for b in range(B)]
         if mode == "ctc_beam":
             return [h[0] if h else Hypothesis([], NEG_INF) for h in nbest]
         flat = [(b, h) for b, hyps in enumerate(nbest) for h in hyps]
@@ -364,17 +257,65 @@ class ExportedRecognizer:
             return [Hypothesis([], NEG_INF) for _ in range(B)]
         att = self.attention_scores(cross, enc_lens, np.array([b for b, _ in flat]), [h.tokens for _, h in flat])
         best: list[Hypothesis] = [Hypothesis([], NEG_INF) for _ in range(B)]
-        for (b, h), a in zip(flat, att):
-            s = opts.ctc_weight * h.score + (1 - opts.ctc_weight) * a + opts.length_penalty * (len(h.tokens) + 1)
+        for (b, h), a in zip(flat, att.tolist()):  # as search.rescore
+            ctc_part = h.parts.get("ctc", h.score)
+            s = opts.ctc_weight * ctc_part + (1 - opts.ctc_weight) * a + opts.length_penalty * (len(h.tokens) + 1)
+            parts = {"ctc": ctc_part, "att": a}
+            if lm is not None:
+                parts["lm"] = lm.sentence_log_prob(h.tokens)
+                s += self.lm_weight * parts["lm"]
+            if context is not None:
+                parts["context"] = context.score(h.tokens)
+                s += parts["context"]
             if s > best[b].score:
-                best[b] = Hypothesis(h.tokens, float(s), {"ctc": h.score, "att": float(a)})
+                best[b] = Hypothesis(h.tokens, float(s), parts)
         return best
 
+    def _beam(self, ctc: np.ndarray | None, length: int, cross: list, opts: DecodeConfig, lm, context) -> Hypothesis:
+        """One utterance's beam (ctc None) or joint search (`exported_search.beam_search`), joint in pieces cut at
+        pauses when it is longer than opts.split_seconds (as `search._beam`); cross: its keys|values (1, T', 2D).
+        → the best hypothesis."""
+        if length == 0:
+            return Hypothesis([], 0.0)
+        pieces = [(0, length)]
+        if ctc is not None and opts.split_seconds > 0:
+            pieces = split_at_pauses(ctc, length, chunk_frames(1000 * opts.split_seconds, self.config.model.subsampling))
+        best, nbest = [], max(1, min(opts.nbest, opts.beam))
+        for start, end in pieces:
+            limit = max(1, int((end - start) * opts.max_len_ratio))  # as greedy.max_lengths
+            limit = limit if self.max_tokens is None else min(limit, self.max_tokens)
+            first, step = self._decoder([c[:, start:end] for c in cross], opts.beam)
+            best.append(beam_search(first, step, limit, replace(opts, lm_weight=self.lm_weight), nbest=nbest,
+                                    ctc_log_probs=None if ctc is None else ctc[start:end], lm=lm, context=context)[0])
+        if len(best) == 1:
+            return best[0]
+        parts = {k: sum(h.parts.get(k, 0.0) for h in best) for k in best[0].parts}  # as beam.join_pieces
+        return Hypothesis([t for h in best for t in h.tokens], sum(h.score for h in best), parts)
+
+    def _decoder(self, cross: list, rows: int):
+        """The decoder on one utterance's keys|values cross [(1, T', 2D)]: (log p of the first token after the
+        prompt and <sos> (V,), a `exported_search.Step` over `rows` hypotheses, its cache `rows` copies)."""
+        T = cross[0].shape[1]
+        mask1, mask = np.ones((1, T), bool), np.ones((rows, T), bool)
+        cache = self._empty_cache(1, cross)
+        for position, prompt_id in enumerate(self.prompt):  # the prompt fills the cache first
+            _, cache = self._step(np.array([prompt_id]), position, mask1, cache, cross)
+        first, cache = self._step(np.array([SOS]), len(self.prompt), mask1, cache, cross)
+        wide = [np.repeat(c, rows, 0) for c in cross]
+        state = {"cache": [np.repeat(c, rows, 0) for c in cache], "offset": len(self.prompt) + 1}
+
+        def step(sel: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+            log_probs, state["cache"] = self._step(tokens, state["offset"], mask, [c[sel] for c in state["cache"]], wide)
+            state["offset"] += 1
+            return log_probs
+
+        return first[0], step
+
     def text(self, tokens: list[int], mode: str | None = None) -> str:
-        """Tokens → text for people (a phone model's: words, the nearest for a non-word), numbers written as the
-        options say."""
-        text = getattr(self.tokenizer, "transcript", self.tokenizer.decode)(tokens)
-        return spell_numbers(text, self.options.numbers)
+        """Tokens → text for people (a phone model's: words, through the lexicon LM where it took part, else the
+        nearest for a non-word), numbers written as the options say."""
+        lm = self.fusion if (mode or self.options.mode) in LM_MODES else None
+        return spell_numbers(transcriber(self.tokenizer, lm)(tokens), self.options.numbers)
 
     def decode_manifest(self, manifest: str | os.PathLike, out: str | os.PathLike, modes: list[str] | None = None,
                         score: bool = True, skip_bad: bool = False) -> dict:
@@ -411,8 +352,9 @@ class ExportedRecognizer:
         for m, folder in zip(modes, folders):
             about = {"mode": m, "device": "cpu", "threads": self.threads, "batch_size": size,
                      "precision": self.precision, "runtime": "onnxruntime", "model": str(self.path),
-                     "model_mb": model_mb, "lm": None, "lm_order": None, "word_lm": None, "word_lm_order": None,
-                     "word_lm_weight": None, "options": vars(replace(self.options, mode=m))}
+                     "model_mb": model_mb, **fused_lms(self.fusion if m in LM_MODES else None, self.lms,
+                                                       self.options.word_lm_weight),
+                     "options": vars(replace(self.options, mode=m))}
             summary[m] = write_decoding(folder, [utts[i] for i in kept], [[results[m][i]] for i in kept], self.text,
                                         {"audio": audio_seconds, "decode": decode_time[m], "features": feature_time},
                                         about, self.tokenizer.normalizer, score)

@@ -33,6 +33,7 @@ from asr_transformer.device import pick_device, synchronize
 from asr_transformer.progress import progress_bar
 from asr_transformer.threads import cpu_threads
 from asr_transformer.decode.hotwords import HotwordError, context_graph
+from asr_transformer.decode.fusion import fused_lms
 from asr_transformer.decode.search import (BIASED_MODES, LM_MODES, DecodeError, check_modes, fusion_lm, read_lm,
                                            recognize, rescore, search_encoded, transcriber)
 from asr_transformer.model.asr import NoCTCError
@@ -411,18 +412,11 @@ class Recognizer:
 
     def _about(self, mode: str) -> dict:
         """What decided a decoding's hypotheses besides the audio, for its rtf.json: device, precision, options, LMs."""
-        fused = mode in LM_MODES
-        token_lm = getattr(self.fusion, "token_lm", self.fusion) if fused else None
-        word_lm = getattr(self.fusion, "word_lm", None) if fused else None
         return {
             "mode": mode, "device": str(self.device), "threads": torch.get_num_threads(),
             "batch_size": self.options.batch_size, "precision": self.precision, "runtime": "pytorch",
             "model": str(self.path), "model_mb": round(self.path.stat().st_size / 1e6, 2),
-            "lm": self.lms.get("lm") if token_lm is not None else None,
-            "lm_order": token_lm.order if token_lm is not None else None,
-            "word_lm": self.lms.get("word_lm") if word_lm is not None else None,
-            "word_lm_order": word_lm.order if word_lm is not None else None,
-            "word_lm_weight": self.options.word_lm_weight if word_lm is not None else None,
+            **fused_lms(self.fusion if mode in LM_MODES else None, self.lms, self.options.word_lm_weight),
             "options": vars(replace(self.options, mode=mode))}
 
 
