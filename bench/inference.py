@@ -1,82 +1,88 @@
-"""fp32 against int8, and the PyTorch package against its ONNX export: WER, CER, RTF and size on disk.
+"""A package against its exports: WER, CER, RTF, size on disk and peak memory, each in the package's own decoding.
 
-    python bench/inference.py recipes/kathleen/exp/phone --manifest recipes/kathleen/data/test.jsonl
+    python bench/inference.py recipes/synthetic/exp/small/model.pt recipes/synthetic/data/test.jsonl \
+        --json bench/inference_synthetic.json
 
-Runs `asr` as a user would, one decoding at a time (each in its own process), into `EXP/decode_<set>_*`
-folders that `recipes/results.py` reports beside the recipe's own rows:
+Runs `asr` as a user would, one decoding at a time, each in its own process (its peak resident memory read from
+the process' own rusage), into folders beside the package (`--out`, default `<package's folder>/inference_<set>`):
 
-    <set>_int8_lm           the package's own setup (mode, beam, weights, LMs), encoder and decoder int8
-    <set>_rescore           attention rescoring of the CTC n-best (the mode an export runs), no LM: fp32 …
-    <set>_rescore_int8      … with the package's Linear layers int8 (`--precision int8`)
-    <set>_onnx_rescore      … the ONNX export (`asr export`) with onnxruntime
-    <set>_onnx_int8_rescore … the int8 ONNX export (`asr export --int8`)
+    package        the package as it decodes by default (its mode, beam, weights, LMs), fp32, PyTorch
+    package_int8   the same with its Linear layers int8 (`--precision int8`)
+    export         the ONNX export (`asr export`), onnxruntime, in the package's mode with its LMs
+    export_int8    the int8 ONNX export (`asr export --int8`)
 
-The fp32 row of the package's own setup is the recipe's `decode_<set>_lm`. The summary (and each command)
-goes to `--json` (default bench/inference.json). RTF = decoding time (encoder and search; features apart) /
-audio seconds; the decodings run one after another, so run this on an otherwise idle machine.
+Each row says how many utterances' transcripts equal the package's. RTF = decoding time (encoder and search;
+features apart) / audio seconds; the decodings run one after another, so run this on an otherwise idle machine.
+`recipes/results.py` puts the rows in RESULTS.md (Export table).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from repo_paths import command_line, in_repository, report  # noqa: E402
 
-def run(command: list[str]) -> None:
+
+def run(command: list[str]) -> int:
+    """Run `command` (its output kept quiet); → its peak resident memory in MB."""
     print("+", " ".join(command), flush=True)
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(command)}")
+    return round(usage.ru_maxrss / 1024)
 
 
-def main() -> None:
+def folder_mb(path: Path) -> float:
+    return round(path.stat().st_size / 1e6 if path.is_file() else sum(f.stat().st_size for f in path.iterdir()) / 1e6, 2)
+
+
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("exp", type=Path, help="An experiment folder holding model.pt (`asr package`).")
-    parser.add_argument("--manifest", type=Path, required=True, help="The manifest to decode (a test set).")
+    parser.add_argument("package", type=Path, help="A model package (`asr package`, `asr import whisper`).")
+    parser.add_argument("manifest", type=Path, help="The manifest to decode (a test set).")
+    parser.add_argument("--out", type=Path, help="Where the exports and decodings go.")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=Path(__file__).with_name("inference.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     asr = str(Path(sys.executable).with_name("asr"))
-    exp, name = args.exp, args.manifest.stem
-    package = exp / "model.pt"
-    threads = ["--threads", str(args.threads)]
-    run([asr, "export", str(package), "--out", str(exp / "onnx")])
-    run([asr, "export", str(package), "--out", str(exp / "onnx_int8"), "--int8"])
-    runs = {
-        f"{name}_lm": None,  # the recipe's own decoding, fp32
-        f"{name}_int8_lm": [str(package), "--precision", "int8"],
-        f"{name}_rescore": [str(package), "--mode", "rescore", "--no-lm"],
-        f"{name}_rescore_int8": [str(package), "--mode", "rescore", "--no-lm", "--precision", "int8"],
-        f"{name}_onnx_rescore": [str(exp / "onnx"), "--mode", "rescore"],
-        f"{name}_onnx_int8_rescore": [str(exp / "onnx_int8"), "--mode", "rescore"],
-    }
-    rows = {}
-    for label, options in runs.items():
-        folder = exp / f"decode_{label}"
-        command = None
-        if options is not None:
-            command = [asr, "decode", options[0], str(args.manifest), *options[1:], *threads, "--out", str(folder)]
-            t0 = time.perf_counter()
-            run(command)
-            print(f"  {time.perf_counter() - t0:.0f} s", flush=True)
-        elif not (folder / "result.json").exists():
-            run([asr, "score", str(folder)])
+    out = args.out or args.package.parent / f"inference_{args.manifest.stem}"
+    out.mkdir(parents=True, exist_ok=True)
+    run([asr, "export", str(args.package), "--out", str(out / "onnx"), "--force"])
+    run([asr, "export", str(args.package), "--out", str(out / "onnx_int8"), "--int8", "--force"])
+    runs = {"package": [str(args.package)], "package_int8": [str(args.package), "--precision", "int8"],
+            "export": [str(out / "onnx")], "export_int8": [str(out / "onnx_int8")]}
+    rows, reference = {}, None
+    for label, (model, *options) in runs.items():
+        folder = out / label
+        command = [asr, "decode", model, str(args.manifest), *options, "--threads", str(args.threads),
+                   "--out", str(folder)]
+        t0 = time.perf_counter()
+        peak = run(command)
         result = json.loads((folder / "result.json").read_text())
+        whisper = json.loads((folder / "result_whisper.json").read_text()) if (folder / "result_whisper.json").exists() else {}
         rtf = json.loads((folder / "rtf.json").read_text())
-        rows[label] = {"wer": result["wer"], "cer": result["cer"], "rtf": rtf["rtf"], "mode": rtf["mode"],
-                       "precision": rtf["precision"], "runtime": rtf.get("runtime", "pytorch"),
-                       "model_mb": rtf.get("model_mb", round(package.stat().st_size / 1e6, 2)),
-                       "threads": rtf["threads"], "command": " ".join(["asr", *command[1:]]) if command else "the recipe"}
-        print(f"  {label}: WER {100 * result['wer']:.2f} %, CER {100 * result['cer']:.2f} %, RTF {rtf['rtf']:.4f}",
+        texts = {r["id"]: r["text"] for r in map(json.loads, (folder / "hyp.jsonl").read_text().splitlines())}
+        reference = reference or texts
+        rows[label] = {"wer": result["wer"], "cer": result["cer"], "wer_whisper": whisper.get("wer"),
+                       "rtf": rtf["rtf"], "mode": rtf["mode"], "lm": rtf.get("lm"), "word_lm": rtf.get("word_lm"),
+                       "precision": rtf["precision"], "runtime": rtf["runtime"], "size_mb": folder_mb(Path(model)),
+                       "peak_mb": peak, "same_as_package": sum(texts.get(k) == v for k, v in reference.items()),
+                       "utterances": len(reference), "threads": rtf["threads"],
+                       "command": " ".join(["asr", *[in_repository(c) for c in command[1:]]])}
+        print(f"  {label}: WER {100 * result['wer']:.2f} %, RTF {rtf['rtf']:.4f}, peak {peak} MB, "
+              f"{rows[label]['same_as_package']}/{len(reference)} as the package ({time.perf_counter() - t0:.0f} s)",
               flush=True)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    args.json.write_text(json.dumps({"exp": str(exp), "manifest": str(args.manifest), "cpu": cpu,
-                                     "threads": args.threads, "runs": rows}, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    return report({"command": command_line("inference.py", argv if argv is not None else sys.argv[1:]),
+                   "package": in_repository(args.package), "manifest": in_repository(args.manifest),
+                   "threads": args.threads, "runs": rows}, args.json)
 
 
 if __name__ == "__main__":

@@ -247,8 +247,7 @@ class ExportedRecognizer:
         if mode == "greedy":
             return self.greedy(cross, enc_lens, opts.max_len_ratio)
         if mode in ("beam", "joint"):
-            return [self._beam(ctc[b] if mode == "joint" else None, int(enc_lens[b]), [c[b:b + 1] for c in cross],
-                               opts, lm, context) for b in range(B)]
+            return self._beams(ctc if mode == "joint" else None, enc_lens, cross, opts, lm, context)
         nbest = [ctc_prefix_beam_search(ctc[b], int(enc_lens[b]), opts.beam, context) for b in range(B)]
         if mode == "ctc_beam":
             return [h[0] if h else Hypothesis([], NEG_INF) for h in nbest]
@@ -271,45 +270,77 @@ class ExportedRecognizer:
                 best[b] = Hypothesis(h.tokens, float(s), parts)
         return best
 
-    def _beam(self, ctc: np.ndarray | None, length: int, cross: list, opts: DecodeConfig, lm, context) -> Hypothesis:
-        """One utterance's beam (ctc None) or joint search (`exported_search.beam_search`), joint in pieces cut at
-        pauses when it is longer than opts.split_seconds (as `search._beam`); cross: its keys|values (1, T', 2D).
-        → the best hypothesis."""
-        if length == 0:
-            return Hypothesis([], 0.0)
-        pieces = [(0, length)]
-        if ctc is not None and opts.split_seconds > 0:
-            pieces = split_at_pauses(ctc, length, chunk_frames(1000 * opts.split_seconds, self.config.model.subsampling))
-        best, nbest = [], max(1, min(opts.nbest, opts.beam))
-        for start, end in pieces:
-            limit = max(1, int((end - start) * opts.max_len_ratio))  # as greedy.max_lengths
-            limit = limit if self.max_tokens is None else min(limit, self.max_tokens)
-            first, step = self._decoder([c[:, start:end] for c in cross], opts.beam)
-            best.append(beam_search(first, step, limit, replace(opts, lm_weight=self.lm_weight), nbest=nbest,
-                                    ctc_log_probs=None if ctc is None else ctc[start:end], lm=lm, context=context)[0])
-        if len(best) == 1:
-            return best[0]
-        parts = {k: sum(h.parts.get(k, 0.0) for h in best) for k in best[0].parts}  # as beam.join_pieces
-        return Hypothesis([t for h in best for t in h.tokens], sum(h.score for h in best), parts)
+    def _beams(self, ctc: np.ndarray | None, enc_lens: np.ndarray, cross: list, opts: DecodeConfig, lm,
+               context) -> list[Hypothesis]:
+        """A batch's beam (ctc None) or joint searches (`exported_search.beam_search`), run in step with one decoder
+        call for all of them; in joint mode an utterance longer than opts.split_seconds is searched in pieces cut at
+        pauses and their best hypotheses joined (as `search._beam`). → the best hypothesis of each utterance."""
+        jobs = []  # (utterance, first frame, end frame)
+        for b, length in enumerate(enc_lens.tolist()):
+            pieces = [(0, length)]
+            if ctc is not None and opts.split_seconds > 0:
+                frames = chunk_frames(1000 * opts.split_seconds, self.config.model.subsampling)
+                pieces = split_at_pauses(ctc[b], length, frames)
+            jobs += [(b, start, end) for start, end in pieces if end > start]
+        found = self._run_searches(jobs, cross, opts, lambda b, start, end, first, limit: beam_search(
+            first, limit, replace(opts, lm_weight=self.lm_weight), nbest=max(1, min(opts.nbest, opts.beam)),
+            ctc_log_probs=None if ctc is None else ctc[b, start:end], lm=lm, context=context))
+        best = []
+        for b in range(len(enc_lens)):
+            hyps = [found[j][0] for j, job in enumerate(jobs) if job[0] == b]
+            if len(hyps) <= 1:
+                best.append(hyps[0] if hyps else Hypothesis([], 0.0))
+                continue
+            parts = {k: sum(h.parts.get(k, 0.0) for h in hyps) for k in hyps[0].parts}  # as beam.join_pieces
+            best.append(Hypothesis([t for h in hyps for t in h.tokens], sum(h.score for h in hyps), parts))
+        return best
 
-    def _decoder(self, cross: list, rows: int):
-        """The decoder on one utterance's keys|values cross [(1, T', 2D)]: (log p of the first token after the
-        prompt and <sos> (V,), a `exported_search.Step` over `rows` hypotheses, its cache `rows` copies)."""
-        T = cross[0].shape[1]
-        mask1, mask = np.ones((1, T), bool), np.ones((rows, T), bool)
-        cache = self._empty_cache(1, cross)
+    def _run_searches(self, jobs: list[tuple[int, int, int]], cross: list, opts: DecodeConfig, start_search) -> list:
+        """Run a `exported_search.Search` per job (utterance b, its frames start:end), all in step: each decoder call
+        extends every running search's `beam` rows. start_search(b, start, end, first (V,), limit) → the Search.
+        → each job's result."""
+        W, P = opts.beam, len(self.prompt)
+        T = max(end - start for _, start, end in jobs)
+        kv = [np.zeros((len(jobs), T, c.shape[-1]), c.dtype) for c in cross]
+        mask = np.zeros((len(jobs), T), bool)
+        for j, (b, start, end) in enumerate(jobs):
+            for k, c in zip(kv, cross):
+                k[j, :end - start] = c[b, start:end]
+            mask[j, :end - start] = True
+        cache = self._empty_cache(len(jobs), kv)
         for position, prompt_id in enumerate(self.prompt):  # the prompt fills the cache first
-            _, cache = self._step(np.array([prompt_id]), position, mask1, cache, cross)
-        first, cache = self._step(np.array([SOS]), len(self.prompt), mask1, cache, cross)
-        wide = [np.repeat(c, rows, 0) for c in cross]
-        state = {"cache": [np.repeat(c, rows, 0) for c in cache], "offset": len(self.prompt) + 1}
+            _, cache = self._step(np.full(len(jobs), prompt_id), position, mask, cache, kv)
+        first, cache = self._step(np.full(len(jobs), SOS), P, mask, cache, kv)
+        cache = [np.repeat(c, W, 0) for c in cache]  # W rows per job, in the order of `running`
+        results, searches, pending = [None] * len(jobs), {}, {}
 
-        def step(sel: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-            log_probs, state["cache"] = self._step(tokens, state["offset"], mask, [c[sel] for c in state["cache"]], wide)
-            state["offset"] += 1
-            return log_probs
+        def advance(j: int, log_probs: np.ndarray | None) -> None:
+            try:
+                pending[j] = searches[j].send(log_probs)  # (rows, tokens) of its next step
+            except StopIteration as done:
+                results[j] = done.value
+                del pending[j]
 
-        return first[0], step
+        for j, (b, start, end) in enumerate(jobs):
+            limit = max(1, int((end - start) * opts.max_len_ratio))  # as greedy.max_lengths
+            searches[j] = start_search(b, start, end, first[j],
+                                       limit if self.max_tokens is None else min(limit, self.max_tokens))
+            pending[j] = None
+            advance(j, None)
+        offset, running, rows_of = P + 1, list(range(len(jobs))), None
+        while pending:
+            alive = [j for j in running if j in pending]
+            if alive != rows_of:  # the keys|values and masks of the running jobs' rows
+                index = np.repeat(alive, W)
+                wide_kv, wide_mask, rows_of = [k[index] for k in kv], mask[index], alive
+            slot = {j: i for i, j in enumerate(running)}  # where each job's rows are in the cache
+            rows = np.concatenate([slot[j] * W + pending[j][0] for j in alive])
+            tokens = np.concatenate([pending[j][1] for j in alive])
+            log_probs, cache = self._step(tokens, offset, wide_mask, [c[rows] for c in cache], wide_kv)
+            offset, running = offset + 1, alive
+            for i, j in enumerate(alive):
+                advance(j, log_probs[i * W:(i + 1) * W])
+        return results
 
     def text(self, tokens: list[int], mode: str | None = None) -> str:
         """Tokens → text for people (a phone model's: words, through the lexicon LM where it took part, else the

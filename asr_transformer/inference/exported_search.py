@@ -8,17 +8,18 @@
 - `split_at_pauses`: long utterances cut at pauses for the joint search, as `decode/beam.py` cuts them.
 
 The LMs and hotwords are the package's own objects (`decode/ngram_binary.py`,
-`decode/word_lm.py`, `decode/lexicon_lm.py`, `decode/context.py`), which compute in numpy. The decoder is a
-function the caller gives (`Step`), so nothing here knows onnxruntime either. tests/test_export.py pins this search
+`decode/word_lm.py`, `decode/lexicon_lm.py`, `decode/context.py`), which compute in numpy. The caller runs the
+decoder (`Search`), so nothing here knows onnxruntime either. tests/test_export.py pins this search
 to the PyTorch one: the same hypotheses and scores, mode by mode, with LMs and hotwords.
 
-    hyps = beam_search(first, step, limit=40, opts=options, ctc_log_probs=ctc, lm=lm, context=graph)
+    search = beam_search(first, limit=40, opts=options, ctc_log_probs=ctc, lm=lm, context=graph)
+    rows, tokens = next(search)  # then search.send(log_probs) until StopIteration, whose value is the n-best
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Generator
 
 import numpy as np
 
@@ -32,9 +33,11 @@ LOG_FLOOR = -1e4  # as decode/ctc_prefix.py: CTC log-probabilities are clamped h
 END_STEPS = 3  # end detection looks at this many latest steps (ESPnet's M)
 NOT_OUTPUT = [BLANK, SOS, MASK]  # ids the attention decoder never emits (decode/greedy.py)
 
-# step(rows (W,), tokens (W,)) → (W, V): the decoder's log-probabilities of the next token after hypothesis
-# rows[i] of the last step extended by tokens[i] (the caller reorders its key/value cache by rows).
-Step = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# A search in progress: it yields (rows (W,), tokens (W,)), the hypotheses of its last step to extend and their new
+# tokens, is sent the decoder's log-probabilities of the next token after each (W, V) (the caller reorders its
+# key/value cache by rows), and returns its n-best. So the caller can run many searches in step, one decoder call
+# for all of them (`exported.ExportedRecognizer._beams`).
+Search = Generator[tuple[np.ndarray, np.ndarray], np.ndarray, list[Hypothesis]]
 
 
 # ------------------------------------------------------------------------------------------ CTC searches
@@ -233,12 +236,12 @@ class _Beams:
     ended: dict
 
 
-def beam_search(first: np.ndarray, step: Step, limit: int, opts: DecodeConfig, *, ctc_log_probs: np.ndarray | None = None,
-                nbest: int = 1, pre_beam: int | None = None, lm=None, context=None) -> list[Hypothesis]:
+def beam_search(first: np.ndarray, limit: int, opts: DecodeConfig, *, ctc_log_probs: np.ndarray | None = None,
+                nbest: int = 1, pre_beam: int | None = None, lm=None, context=None) -> Search:
     """One utterance's attention (or, with ctc_log_probs (T', V), joint CTC/attention) beam search, as
     `decode.beam.beam_search` with opts' beam, ctc_weight, length_penalty, lm_weight, ctc_window, beam_threshold
-    and end_detect. first (V,): the decoder's log-probabilities after <sos>; step: the decoder (`Step`), whose
-    cache starts as W copies of the first step's; limit: most tokens. → up to `nbest` hypotheses, best first."""
+    and end_detect, as a `Search`. first (V,): the decoder's log-probabilities after <sos>, whose cache the caller
+    holds W copies of; limit: most tokens. Returns up to `nbest` hypotheses, best first."""
     W, V = opts.beam, first.shape[-1]
     scorer = PrefixScorer(ctc_log_probs, opts.ctc_window) if ctc_log_probs is not None else None
     lam = float(opts.ctc_weight) if scorer is not None else 0.0
@@ -332,7 +335,7 @@ def beam_search(first: np.ndarray, step: Step, limit: int, opts: DecodeConfig, *
             b.ctx_total, b.ctx_state = ctx_new[sel_row, sel_col], ctx_next[sel_row, sel_col]
         if scorer is not None:
             b.ctc_state = scorer.advance(b.ctc_state, sel_row, sel_tok)
-        b.log_probs = step(sel_row, sel_tok)
+        b.log_probs = yield sel_row, sel_tok
     return sorted(b.finished, key=lambda h: h.score, reverse=True)[:nbest] or [Hypothesis([], NEG_INF)]
 
 
