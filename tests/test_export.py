@@ -1,4 +1,4 @@
-"""`asr export`: ONNX and TorchScript graphs equal the PyTorch model (several lengths and batch sizes), and the
+"""`asr export`: ONNX graphs and torch.export programs equal the PyTorch model (several lengths and batch sizes), and the
 onnxruntime recognizer (no PyTorch) writes the package's transcripts."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SHAPES = [(1, 57), (2, 160), (3, 301), (5, 98)]  # (batch, frames): several leng
 @pytest.fixture(scope="module")
 def exported(tone_corpus, tmp_path_factory):
     """A random tiny Conformer package (InterCTC, per-utterance CMN) on the tone corpus' tokenizer, and its ONNX,
-    int8 ONNX and TorchScript exports."""
+    int8 ONNX and torch.export (.pt2) exports."""
     root = tmp_path_factory.mktemp("export")
     tok = load_tokenizer(tone_corpus / "tokenizer")
     cfg = Config()
@@ -44,7 +44,9 @@ def exported(tone_corpus, tmp_path_factory):
     save_package(root / "model.pt", cfg, tok, model.state_dict())
     export_package(root / "model.pt", root / "onnx")
     export_package(root / "model.pt", root / "int8", int8=True)
-    export_package(root / "model.pt", root / "ts", fmt="torchscript")
+    with pytest.warns(FutureWarning, match="torchscript is deprecated"):  # its old name: pt2 programs written
+        export_package(root / "model.pt", root / "pt2", fmt="torchscript")
+    assert sorted(p.name for p in (root / "pt2").glob("*.pt2")) == ["decoder.pt2", "decoder_step.pt2", "encoder.pt2"]
     return root, model.eval()
 
 
@@ -120,9 +122,9 @@ def test_onnx_encoder_and_decoder_step_equal_pytorch(exported, B, T):
 
 
 @pytest.mark.parametrize("B,T", SHAPES[:2])
-def test_torchscript_equals_pytorch(exported, B, T):
+def test_torch_export_programs_equal_pytorch(exported, B, T):
     root, model = exported
-    encoder, step = torch.jit.load(str(root / "ts/encoder.pt")), torch.jit.load(str(root / "ts/decoder_step.pt"))
+    encoder, step = (torch.export.load(str(root / f"pt2/{name}.pt2")).module() for name in ("encoder", "decoder_step"))
     feats, lens = batch(B, T, seed=3)
     with torch.no_grad():
         got, expected = encoder(feats, lens), EncoderExport(model)(feats, lens)

@@ -95,7 +95,8 @@ def package_(
 def export_(
     model: Path = typer.Argument(..., help="Model package."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder to write the export into."),
-    fmt: str = typer.Option("onnx", "--format", help="onnx (runs with onnxruntime) or torchscript."),
+    fmt: str = typer.Option("onnx", "--format", help="onnx (runs with onnxruntime) or pt2 (torch.export programs; "
+                            "torchscript: pt2's deprecated name)."),
     int8: bool = typer.Option(False, "--int8", help="Quantize the ONNX graphs' weights to int8."),
     mode: Optional[str] = typer.Option(None, help="The export's default decoding mode: ctc, ctc_beam, rescore, "
                                        "greedy, beam or joint (default: the package's)."),
@@ -109,6 +110,10 @@ def export_(
     from asr_transformer.inference.export import export_package
     from asr_transformer.inference.exported import EXPORTED_MODES
 
+    if fmt == "torchscript":
+        typer.echo("--format torchscript is deprecated (PyTorch deprecates TorchScript): writing pt2, torch.export "
+                   "programs, instead", err=True)
+        fmt = "pt2"
     if mode is not None and mode not in EXPORTED_MODES:
         fail(f"--mode {mode}: an export decodes with {', '.join(EXPORTED_MODES)}")
     if not force and out.is_dir() and any(out.iterdir()) and not (out / "export.json").exists():

@@ -1,4 +1,5 @@
-"""Export a model package for inference outside this toolkit's PyTorch code: ONNX (onnxruntime) or TorchScript.
+"""Export a model package for inference outside this toolkit's PyTorch code: ONNX (onnxruntime) or
+`torch.export` programs (.pt2).
 
 `asr export model.pt --out DIR` writes a folder:
 
@@ -6,7 +7,7 @@
                        → ctc_log_probs (B, T', V), enc_lens (B,), cross_kv_i (B, T', 2D) for each decoder layer i
                          (the encoder with its CMVN and CTC head; the decoder's cross-attention keys|values,
                          projected once per utterance); a model without a CTC head (an imported Whisper) has no
-                         ctc_log_probs, and its export decodes greedily only
+                         ctc_log_probs, and its export decodes with the attention decoder alone (greedy, beam)
     decoder_step.onnx  tokens (N, 1) int64, offset (1,) int64 (the position of `tokens`), enc_mask (N, T') bool,
                        self_kv_i (N, L, 2D) (L = offset; empty on the first step), cross_kv_i (N, T', 2D)
                        → log_probs (N, V) of the next token, self_kv_out_i (N, L + 1, 2D)
@@ -19,21 +20,28 @@
     export.json        format and version, the config (features, model shape, decoding defaults), the
                        tokenizer's metadata, the files and their precision, the LMs
 
-Batch, time and cache axes are dynamic (decoder positions up to MAX_POSITIONS). TorchScript (`--format
-torchscript`) writes encoder.pt, decoder_step.pt and decoder.pt with the same inputs and outputs. `--int8`
-quantizes the ONNX graphs' matrix products to int8 (onnxruntime's dynamic quantization).
-`exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and numpy alone.
+Batch, time and cache axes are dynamic (decoder positions up to MAX_POSITIONS). The graphs are traced by
+`torch.export` and converted by PyTorch's ONNX exporter (`torch.onnx.export(dynamo=True)`). `--format pt2` writes the
+`torch.export` programs themselves instead (encoder.pt2, decoder_step.pt2, decoder.pt2: `torch.export.load(path)
+.module()`), with the same inputs and outputs; `--format torchscript` is its deprecated name (TorchScript is
+deprecated in PyTorch). `--int8` quantizes the ONNX graphs' matrix products to int8 (onnxruntime's dynamic
+quantization). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and numpy alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.export import Dim
 
 from asr_transformer.config import to_dict
 from asr_transformer.fileio import atomic_open, write_json
@@ -41,8 +49,9 @@ from asr_transformer.model.positional import PositionalEncoding, TablePositions
 
 FORMAT = "asr-export"
 VERSION = 1
-FORMATS = ("onnx", "torchscript")
-OPSET = 17
+FORMATS = ("onnx", "pt2")
+DEPRECATED_FORMATS = {"torchscript": "pt2"}
+OPSET = 18
 MAX_POSITIONS = 2048  # decoder positions the export keeps (its sine table is a constant of the graph)
 
 
@@ -136,6 +145,14 @@ def _names(layers: int, ctc: bool = True):
     return encoder, step, forced
 
 
+def _dynamic_shapes(names: dict, positional: int):
+    """torch.export's dynamic_shapes for a graph from its ONNX names (`_names`): each named axis of an input
+    dynamic; the inputs after the first `positional` are the forward's *caches (one tuple)."""
+    specs = [{axis: Dim.DYNAMIC for axis in names["dynamic_axes"].get(name, {})} or None
+             for name in names["input_names"]]
+    return tuple(specs) if len(specs) == positional else (*specs[:positional], tuple(specs[positional:]))
+
+
 def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str = "onnx", int8: bool = False,
                    mode: str | None = None) -> dict:
     """Export `package` into the folder `out`; → {file name: size in bytes}. The export decodes with `mode` by
@@ -145,10 +162,15 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     from asr_transformer.decode.fusion import read_lm
     from asr_transformer.package import load_package, read_package
 
+    if fmt in DEPRECATED_FORMATS:
+        warnings.warn(f"--format {fmt} is deprecated (PyTorch deprecates TorchScript): writing {DEPRECATED_FORMATS[fmt]} "
+                      "programs of torch.export instead", FutureWarning, stacklevel=2)
+        fmt = DEPRECATED_FORMATS[fmt]
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt}: choose from {', '.join(FORMATS)}")
     if int8 and fmt != "onnx":
-        raise ValueError("--int8 quantizes ONNX graphs (for TorchScript on a CPU, load the package with --precision int8)")
+        raise ValueError("--int8 quantizes ONNX graphs (for a .pt2 program on a CPU, load the package with --precision "
+                         "int8)")
     state = read_package(package)
     model, tokenizer, cfg = load_package(package, "cpu", "fp32", state)
     if cfg.model.speaker_cmn:
@@ -165,21 +187,23 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     out.mkdir(parents=True, exist_ok=True)
     graphs = {"encoder": EncoderExport(model).eval(), "decoder_step": DecoderStepExport(model).eval(),
               "decoder": DecoderExport(model).eval()}
-    suffix = "onnx" if fmt == "onnx" else "pt"
-    files = {name: f"{name}.{suffix}" for name in graphs}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings: the batch shapes are traced dynamic, masks always kept
-        for (name, module), inputs, names in zip(graphs.items(), example_inputs(model),
-                                                 _names(len(model.decoder.layers), model.ctc is not None)):
+    files = {name: f"{name}.{fmt}" for name in graphs}
+    with _quiet_exporter():
+        for (name, module), inputs, names, positional in zip(graphs.items(), example_inputs(model),
+                                                             _names(len(model.decoder.layers), model.ctc is not None),
+                                                             (2, 3, 3)):
             target = out / files[name]
             tmp = target.with_name(f".{target.name}.tmp")
+            with torch.no_grad():
+                program = torch.export.export(module, inputs, dynamic_shapes=_dynamic_shapes(names, positional))
             if fmt == "onnx":
-                torch.onnx.export(module, inputs, str(tmp), dynamo=False, opset_version=OPSET, **names)
+                torch.onnx.export(program, (), str(tmp), input_names=names["input_names"],
+                                  output_names=names["output_names"], opset_version=OPSET, external_data=False,
+                                  verbose=False)
                 if int8:
                     _quantize_onnx(tmp)
             else:
-                with torch.inference_mode(False), torch.no_grad():
-                    torch.jit.save(torch.jit.trace(module, inputs, check_trace=False), str(tmp))
+                torch.export.save(program, str(tmp))
             os.replace(tmp, target)
     if fmt == "onnx":  # the decoder graphs' weights (a tied embedding above all) stored once, beside them
         from asr_transformer.inference.onnx_weights import WEIGHTS, share_weights
@@ -200,10 +224,25 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     return {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
 
 
+@contextmanager
+def _quiet_exporter():
+    """The exporters' chatter (progress lines, optional operator libraries they skip, PyTorch's warnings about its
+    own internals) kept off a user's terminal."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"(torch|onnxscript|copyreg)(\.|$)")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def _quantize_onnx(path: Path) -> None:
     """Dynamic int8 quantization of an ONNX graph's weights (MatMul/Gemm), in place."""
-    import logging
-
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     fp32 = path.with_name(path.name + ".fp32")

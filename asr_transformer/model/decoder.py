@@ -296,5 +296,8 @@ class Decoder(nn.Module):
 
     @staticmethod
     def _memory_mask(enc_mask: torch.Tensor) -> torch.Tensor | None:
-        """(N, 1, T') encoder key-padding mask, or None when no frame is padded (the attention skips the masking)."""
-        return None if bool(enc_mask.all()) else enc_mask.unsqueeze(1)
+        """(N, 1, T') encoder key-padding mask, or None when no frame is padded (the attention skips the masking;
+        while `torch.export` traces, always the mask)."""
+        if not torch.compiler.is_exporting() and bool(enc_mask.all()):
+            return None
+        return enc_mask.unsqueeze(1)

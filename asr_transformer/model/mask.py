@@ -17,8 +17,11 @@ def lengths_to_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.
 
 def key_padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor | None:
     """lengths (B,) → (B, 1, max_len) bool attention mask over keys, or None when no position is padded
-    (one utterance alone): attention and the Conformer convolution then skip the masking work."""
-    return None if bool((lengths == max_len).all()) else lengths_to_mask(lengths, max_len).unsqueeze(1)
+    (one utterance alone): attention and the Conformer convolution then skip the masking work. While
+    `torch.export` traces the model (`asr export`), always the mask: the graph serves padded batches too."""
+    if not torch.compiler.is_exporting() and bool((lengths == max_len).all()):
+        return None
+    return lengths_to_mask(lengths, max_len).unsqueeze(1)
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
