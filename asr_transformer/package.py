@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from dataclasses import fields
 from pathlib import Path
 
@@ -77,7 +76,7 @@ def tied(weights: dict, cfg: Config) -> dict:
 
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-INT8 = "int8"  # dynamic int8 quantization of the Linear layers (CPU): `quantize_int8`
+INT8 = "int8"  # int8 matrix products in the Linear layers (CPU): `quantize_int8`
 
 
 def read_package(path: str | os.PathLike, unsigned_ok: bool = False) -> dict:
@@ -142,13 +141,12 @@ def check_weights(path, expected: dict, weights: dict) -> None:
 
 
 def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """Dynamic int8 quantization, in place, of the encoder's and decoder's Linear layers (weights int8 per
-    tensor, activations quantized on the fly; the CTC head, convolutions and embeddings stay float32)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao's eager API: still the CPU int8 kernels
-        for name in ("encoder", "decoder"):
-            part = getattr(model, name)
-            setattr(model, name, torch.ao.quantization.quantize_dynamic(part, {torch.nn.Linear}, dtype=torch.qint8))
+    """int8, in place, of the encoder's and decoder's Linear layers (weights int8 per output row, activations
+    quantized per row on the fly: `model.int8`; the CTC head, convolutions and embeddings stay float32)."""
+    from asr_transformer.model.int8 import quantize_linear_layers
+
+    quantize_linear_layers(model.encoder)
+    quantize_linear_layers(model.decoder)
     return model
 
 

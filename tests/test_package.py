@@ -124,12 +124,13 @@ def test_readme_python_lines(packaged):
 
 def test_int8_quantizes_the_linear_layers_and_stays_close(tiny_package):
     from asr_transformer.inference.recognizer import Recognizer
+    from asr_transformer.model.int8 import Int8Linear
 
     fp32 = Recognizer(tiny_package / "model.pt", device="cpu", threads=1)
     int8 = Recognizer(tiny_package / "model.pt", device="cpu", threads=1, precision="int8")
     layers = [*int8.model.encoder.modules(), *int8.model.decoder.modules()]
     assert not any(isinstance(m, torch.nn.Linear) for m in layers)
-    quantized = [m for m in layers if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    quantized = [m for m in layers if isinstance(m, Int8Linear)]
     assert len(quantized) == sum(isinstance(m, torch.nn.Linear) for m in [*fp32.model.encoder.modules(),
                                                                          *fp32.model.decoder.modules()])
     feats = torch.randn(2, 120, 80)
@@ -345,3 +346,22 @@ def test_fp16_weights_halve_a_package_and_load_as_float32(tiny_package, tmp_path
     for (name, a), b in zip(original.state_dict().items(), model.state_dict().values()):
         assert b.dtype == a.dtype, name
         torch.testing.assert_close(b, a.half().to(a.dtype) if a.is_floating_point() else a)
+
+
+def test_int8_linear_is_close_to_the_float_layer_row_by_row():
+    from asr_transformer.model.int8 import Int8Linear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(77, 33)
+    x = torch.randn(2, 5, 77)
+    x[0, 1] *= 1000  # one loud frame: per-row scales keep it from costing the others their precision
+    x[1, 2] = 0  # a silent frame stays exactly the bias
+    layer = Int8Linear(linear)
+    assert layer.weight.dtype == torch.int8 and layer.weight.shape == (33, 77)
+    with torch.no_grad():
+        want, got = linear(x), layer(x)
+    assert got.shape == want.shape and got.dtype == torch.float32
+    rel = ((got - want).norm(dim=-1) / want.norm(dim=-1)).max().item()
+    assert 0 < rel < 0.02
+    assert torch.equal(got[1, 2], linear.bias.detach())
+    assert layer(torch.zeros(0, 77)).shape == (0, 33)
