@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bounded_search import cpu_name  # noqa: E402
 from repo_paths import command_line, in_repository, report  # noqa: E402
 
 
@@ -82,7 +83,7 @@ def main(argv=None) -> dict:
               flush=True)
     return report({"command": command_line("inference.py", argv if argv is not None else sys.argv[1:]),
                    "package": in_repository(args.package), "manifest": in_repository(args.manifest),
-                   "threads": args.threads, "runs": rows}, args.json)
+                   "threads": args.threads, "cpu": cpu_name(), "runs": rows}, args.json)
 
 
 if __name__ == "__main__":

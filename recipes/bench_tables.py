@@ -75,6 +75,7 @@ def benchmarks_section(bench: Path) -> str:
     lines += hotwords_table([_load(path) for path in sorted(bench.glob("hotwords_*.json"))])
     lines += gpu_table(_load(bench / "gpu_check.json"))
     lines += serve_table([_load(path) for path in sorted(bench.glob("serve*.json"))])
+    lines += export_table([_load(path) for path in sorted(bench.glob("inference_*.json"))])
     lines += whisper_memory_table(_load(bench / "whisper_memory.json"))
     lines += word_times_table(_load(bench / "word_times.json"))
     lines += pause_edges_table(_load(bench / "pause_edges.json"))
@@ -166,6 +167,29 @@ def whisper_memory_table(run: dict | None) -> list[str]:
         lines.append(f"| {row['input_seconds']} s | {row['batch_size']} | {row['peak_mb']:,} | {row['wall_seconds']:.1f} |")
     lines += ["", "| file | MB |", "|---|---|"]
     lines += [f"| `{name}` | {size:,.1f} |" for name, size in run["sizes_mb"].items()]
+    return lines
+
+
+def export_table(runs: list[dict]) -> list[str]:
+    """A package against its fp32 and int8 exports, each decoding as the package does, from `python
+    bench/inference.py` (bench/inference_*.json): a table per package."""
+    lines = ["", "### Exports: the package against `asr export`"] if runs else []
+    names = {"package": "package (PyTorch)", "package_int8": "package, `--precision int8`",
+             "export": "`asr export` (onnxruntime)", "export_int8": "`asr export --int8`"}
+    for run in runs:
+        first = next(iter(run["runs"].values()))
+        lms = ", ".join(f"`{first[k]}`" for k in ("lm", "word_lm") if first.get(k)) or "no LM"
+        lines += ["", f"`{run['command']}`: `{run['manifest']}` decoded in the package's mode ({first['mode']}, "
+                  f"{lms}) by each, one process at a time; same: utterances whose transcript equals the package's; "
+                  f"size: the package file or the export folder; peak: the process's resident memory; "
+                  f"{short_cpu_name(run['cpu'])}, {run['threads']} threads.", "",
+                  "| runs | WER % | CER % | WER % (Whisper's normalizer) | same as the package | RTF | size MB | "
+                  "peak MB |", "|---|---|---|---|---|---|---|---|"]
+        for label, row in run["runs"].items():
+            whisper = f"{100 * row['wer_whisper']:.2f}" if row.get("wer_whisper") is not None else "-"
+            lines.append(f"| {names.get(label, label)} | {100 * row['wer']:.2f} | {100 * row['cer']:.2f} | {whisper} | "
+                         f"{row['same_as_package']}/{row['utterances']} | {row['rtf']:.4f} | {row['size_mb']:.1f} | "
+                         f"{row['peak_mb']:,} |")
     return lines
 
 
