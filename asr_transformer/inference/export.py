@@ -25,7 +25,7 @@ Batch, time and cache axes are dynamic (decoder positions up to MAX_POSITIONS). 
 `torch.export` programs themselves instead (encoder.pt2, decoder_step.pt2, decoder.pt2: `torch.export.load(path)
 .module()`), with the same inputs and outputs; `--format torchscript` is its deprecated name (TorchScript is
 deprecated in PyTorch). `--int8` quantizes the ONNX graphs' matrix products to int8 (onnxruntime's dynamic
-quantization). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and numpy alone.
+quantization, a scale per output column). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and numpy alone.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ VERSION = 1
 FORMATS = ("onnx", "pt2")
 DEPRECATED_FORMATS = {"torchscript": "pt2"}
 OPSET = 18
+PER_CHANNEL = True  # int8 ONNX: a scale per output column of each matrix (docs/experiments/kathleen.md)
 MAX_POSITIONS = 2048  # decoder positions the export keeps (its sine table is a constant of the graph)
 
 
@@ -251,7 +252,7 @@ def _quantize_onnx(path: Path) -> None:
     level = root.level
     root.setLevel(logging.ERROR)  # its advice to pre-process the graph, and the non-float tensors it skips
     try:
-        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=PER_CHANNEL)
     finally:
         root.setLevel(level)
         fp32.unlink()
