@@ -25,7 +25,8 @@ Batch, time and cache axes are dynamic (decoder positions up to MAX_POSITIONS). 
 `torch.export` programs themselves instead (encoder.pt2, decoder_step.pt2, decoder.pt2: `torch.export.load(path)
 .module()`), with the same inputs and outputs; `--format torchscript` is its deprecated name (TorchScript is
 deprecated in PyTorch). `--int8` quantizes the ONNX graphs' matrix products to int8 (onnxruntime's dynamic
-quantization, a scale per output column). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and numpy alone.
+quantization, a scale per output column). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and
+numpy alone.
 """
 
 from __future__ import annotations
