@@ -107,13 +107,12 @@ def export_(
     decoding defaults beside them. `asr transcribe --model FOLDER` runs an ONNX export with onnxruntime, decoding as
     the package does."""
     from asr_transformer.checkpoint_io import CheckpointError
-    from asr_transformer.inference.export import export_package
+    from asr_transformer.inference.export import DEPRECATED_FORMATS, deprecated_format_notice, export_package
     from asr_transformer.inference.exported import EXPORTED_MODES
 
-    if fmt == "torchscript":
-        typer.echo("--format torchscript is deprecated (PyTorch deprecates TorchScript): writing pt2, torch.export "
-                   "programs, instead", err=True)
-        fmt = "pt2"
+    if fmt in DEPRECATED_FORMATS:
+        typer.echo(deprecated_format_notice(fmt), err=True)
+        fmt = DEPRECATED_FORMATS[fmt]
     if mode is not None and mode not in EXPORTED_MODES:
         fail(f"--mode {mode}: an export decodes with {', '.join(EXPORTED_MODES)}")
     if not force and out.is_dir() and any(out.iterdir()) and not (out / "export.json").exists():

@@ -155,6 +155,12 @@ def _dynamic_shapes(names: dict, positional: int):
     return tuple(specs) if len(specs) == positional else (*specs[:positional], tuple(specs[positional:]))
 
 
+def deprecated_format_notice(fmt: str) -> str:
+    """What a user is told who asks for a deprecated `--format` (a key of DEPRECATED_FORMATS)."""
+    return (f"--format {fmt} is deprecated (PyTorch deprecates TorchScript): writing {DEPRECATED_FORMATS[fmt]}, "
+            "torch.export programs, instead")
+
+
 def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str = "onnx", int8: bool = False,
                    mode: str | None = None) -> dict:
     """Export `package` into the folder `out`; → {file name: size in bytes}. The export decodes with `mode` by
@@ -165,8 +171,7 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     from asr_transformer.package import load_package, read_package
 
     if fmt in DEPRECATED_FORMATS:
-        warnings.warn(f"--format {fmt} is deprecated (PyTorch deprecates TorchScript): writing {DEPRECATED_FORMATS[fmt]} "
-                      "programs of torch.export instead", FutureWarning, stacklevel=2)
+        warnings.warn(deprecated_format_notice(fmt), FutureWarning, stacklevel=2)
         fmt = DEPRECATED_FORMATS[fmt]
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt}: choose from {', '.join(FORMATS)}")

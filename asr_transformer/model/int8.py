@@ -47,13 +47,10 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def quantize_linear_layers(module: nn.Module) -> int:
-    """Replace every nn.Linear inside `module` by an Int8Linear, in place; → how many were replaced."""
-    count = 0
+def quantize_linear_layers(module: nn.Module) -> None:
+    """Replace every nn.Linear inside `module` by an Int8Linear, in place."""
     for name, child in module.named_children():
         if isinstance(child, nn.Linear):
             setattr(module, name, Int8Linear(child))
-            count += 1
         else:
-            count += quantize_linear_layers(child)
-    return count
+            quantize_linear_layers(child)
