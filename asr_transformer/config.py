@@ -97,6 +97,13 @@ class ModelConfig:
     # `interctc_layer` (1-based; 0 = the middle block) through the same final LayerNorm and CTC head
     interctc_weight: float = 0.0
     interctc_layer: int = 0
+    # the non-autoregressive (NAT) decoder: Mask-CTC (Higuchi et al. 2020; decoding mode maskctc) with the same
+    # decoder, run without the causal mask. It also learns to fill masked tokens: it reads <sos> y1 … yn with a
+    # random share of them replaced by <mask>, and each position predicts the token after it, as in teacher forcing,
+    # so that both ways share what the decoder learns (one network, two attention masks, as UniLM). Its loss is
+    # added with this weight; 0: autoregressive only. In decoding, greedy CTC gives the length and a first guess,
+    # and the decoder fills the tokens CTC is unsure of, all at once (decode.maskctc_*)
+    nat_weight: float = 0.0
     # Self-conditioned CTC (Nozaki & Komatsu 2021): that block's CTC posteriors, projected back to d_model by a
     # linear layer, are added to its output before the next block, in training and decoding alike
     interctc_condition: bool = False
@@ -152,7 +159,6 @@ class TrainConfig:
     checkpoint_minutes: float = 30.0
     seed: int = 1
     scheduled_sampling: float = 0.0  # final probability of feeding the decoder its own prediction
-    mask_ctc: bool = False  # train the decoder for Mask-CTC (masked-token objective)
     log_interval: int = 20
     # fine-tuning: a model package (`asr average`'s model.pt) whose weights start a fresh run (not a resumed one)
     init_from: str = ""
@@ -178,7 +184,7 @@ class DecodeConfig:
     length_penalty: float = 0.0  # score bonus per output token (beam, joint, rescore)
     max_len_ratio: float = 1.0  # max output tokens per encoder frame
     maskctc_iterations: int = 10
-    maskctc_threshold: float = 0.99
+    maskctc_threshold: float = 0.9  # tokens CTC is less sure of are masked (chosen on dev: experiments/synthetic.md)
     lm_weight: float = 0.5  # β of the token n-gram LM in beam, joint and rescore, when there is one
     word_lm_weight: float = 0.3  # γ of the word n-gram LM where a word ends, when there is one
     nbest: int = 1
@@ -243,8 +249,9 @@ def validate_decoding(options: DecodeConfig) -> None:
             raise ConfigError(f"decode.{f.name}={value!r}: must be {allowed}")
 
 
-def check_modes(modes) -> list[str]:
-    """`modes` (one name or several) → their list; DecodeError for an unknown, missing or repeated one."""
+def check_modes(modes, model: ModelConfig | None = None) -> list[str]:
+    """`modes` (one name or several) → their list; DecodeError for an unknown, missing or repeated one, or (given
+    the `model`) maskctc for a model whose decoder never learned to fill masked tokens."""
     modes = [modes] if isinstance(modes, str) else list(modes)
     if not modes:
         raise DecodeError(f"no decoding mode given; choose from: {', '.join(MODES)}")
@@ -253,6 +260,9 @@ def check_modes(modes) -> list[str]:
             raise DecodeError(f"unknown decoding mode '{m}'; choose from: {', '.join(MODES)}")
     if len(set(modes)) != len(modes):
         raise DecodeError(f"decoding mode listed twice in {', '.join(modes)}")
+    if model is not None and "maskctc" in modes and model.nat_weight <= 0:
+        raise DecodeError("mode maskctc: this model's decoder was not trained to fill masked tokens (model.nat_weight "
+                          "is 0); decode with another mode, or train with model.nat_weight > 0")
     return modes
 
 
@@ -300,6 +310,11 @@ def to_dict(cfg) -> dict:
 def _update(obj, values: dict, where: str) -> None:
     if isinstance(obj, ModelConfig):
         values = _block_of_old(values)
+    if isinstance(obj, TrainConfig) and "mask_ctc" in values:  # configs of old: the decoder trained for Mask-CTC only
+        if values["mask_ctc"]:
+            raise ConfigError(f"{where}.mask_ctc: replaced by model.nat_weight (the decoder learns to fill masks "
+                              "beside decoding autoregressively); a model trained with it needs retraining")
+        values = {k: v for k, v in values.items() if k != "mask_ctc"}
     for key, value in values.items():
         if key == "preset" and isinstance(obj, ModelConfig):
             apply_preset(obj, value)
@@ -319,7 +334,9 @@ def _update(obj, values: dict, where: str) -> None:
 def upgraded(data: dict) -> dict:
     """A whole config as a mapping (a saved config.yaml, a package's), its keys of old read as today's."""
     if isinstance(data.get("model"), dict):
-        return {**data, "model": _block_of_old(data["model"])}
+        data = {**data, "model": _block_of_old(data["model"])}
+    if isinstance(data.get("train"), dict) and data["train"].get("mask_ctc") is False:  # a key of old, off
+        data = {**data, "train": {k: v for k, v in data["train"].items() if k != "mask_ctc"}}
     return data
 
 
@@ -420,6 +437,7 @@ RANGES = [
     ("model.ctc_weight", _probability, "in [0, 1]"),
     ("model.interctc_weight", _fraction, "in [0, 1)"),
     ("model.interctc_layer", lambda v: v >= 0, "≥ 0 (0: the middle block)"),
+    ("model.nat_weight", lambda v: v >= 0, "≥ 0 (0: no NAT decoding)"),
     ("model.label_smoothing", _fraction, "in [0, 1)"),
     ("model.frontend", lambda v: v in ("conv2d", "whisper"), "conv2d or whisper"),
     ("model.activation", lambda v: v in ("relu", "gelu"), "relu or gelu"),

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 from asr_transformer.checkpoint_io import CheckpointError, SignatureError, load_checkpoint, save_checkpoint
-from asr_transformer.config import CTC_MODES, Config, DecodeConfig, fit_decoding, from_dict, to_dict, validate
+from asr_transformer.config import (CTC_MODES, Config, DecodeConfig, check_modes, fit_decoding, from_dict, to_dict,
+                                    validate)
 from asr_transformer.data.tokenizer import Tokenizer, tokenizer_from_bytes
 from asr_transformer.data.whisper_tokenizer import decoder_start
 from asr_transformer.decode.hotwords import context_graph
@@ -201,6 +202,7 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
         setattr(cfg.decode, key, value)
     if not cfg.model.ctc and (options or {}).get("mode") in CTC_MODES:
         raise ValueError(f"mode {options['mode']} needs a CTC head, which this model has not: use beam or greedy")
+    check_modes(cfg.decode.mode, cfg.model)
     validate(cfg, "the decoding options")
     stored = dict(state.get("lms") or {})
     tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])

@@ -220,7 +220,8 @@ def model_summary(m: dict, exp: Path) -> str:
                 f"{m['d_model']}, {m['heads']} heads, FFN {m['ffn_dim']} (GELU), Conv1d front-end ×2, Whisper's "
                 f"tokens (vocabulary {m['vocab_size']}), {'a CTC head' if m.get('ctc') else 'no CTC head'}: "
                 f"{parameters(exp)} parameters")
-    return (f"{m['encoder_layers']} {blocks} encoder blocks, {m['decoder_layers']} decoder blocks, d_model "
+    nat = f" (also trained as the NAT decoder, weight {m['nat_weight']})" if m.get("nat_weight", 0) > 0 else ""
+    return (f"{m['encoder_layers']} {blocks} encoder blocks, {m['decoder_layers']} decoder blocks{nat}, d_model "
             f"{m['d_model']}, {m['heads']} heads, FFN {m['ffn_dim']}, subsampling ×{m['subsampling']}, "
             f"{unit(exp)} units (vocabulary {m['vocab_size']}), CTC weight {m['ctc_weight']}: {parameters(exp)} "
             "parameters")
@@ -249,6 +250,7 @@ def section(recipe: Path, exp: Path) -> str:
     cfg = yaml.safe_load((exp / "config.yaml").read_text())
     log = read_log(exp)
     m, t = cfg["model"], cfg["train"]
+    nat = m.get("nat_weight", 0) > 0
     if log and "precision" in log[-1]:  # what `train.precision: auto` chose is what the run was
         t["precision"] = log[-1]["precision"]
     extras = makefile_default(recipe, "EXTRAS")
@@ -288,7 +290,7 @@ def section(recipe: Path, exp: Path) -> str:
         name = decode_dir.name.removeprefix("decode_").split("_")[0]
         zero_shot = decode_dir.name.endswith("_zeroshot")
         for mode, result, rtf in decodings(decode_dir):
-            if mode == "maskctc" and not t.get("mask_ctc"):  # a decoder never trained for it: no row
+            if mode == "maskctc" and not nat:  # no decoder trained for it: no row
                 dropped = True
                 continue
             trained = (epochs, minutes)
@@ -300,8 +302,8 @@ def section(recipe: Path, exp: Path) -> str:
                          f"{rtf.get('rtf', float('nan')):.4f} | {trained[0]} | {trained[1]} | {cpu} |")
     lines += streaming_table(exp, cpu)
     if dropped:
-        lines += ["", "No `maskctc` row: Mask-CTC needs a decoder trained for it (`train.mask_ctc`), which this "
-                      "one was not."]
+        lines += ["", "No `maskctc` row: Mask-CTC needs a decoder trained for it (`model.nat_weight`), which "
+                      "this one was not."]
     figures = Path("docs/figures")
     links = []
     for png in sorted(exp.glob("*.png")):  # experiment folders are not committed: copy the figures

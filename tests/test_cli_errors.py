@@ -61,7 +61,7 @@ CASES = [
     ("package {d}/fake.pt -o {d}/p.pt --result test", "--result"),
     ("export {d}/missing.pt -o {d}/x", "{d}/missing.pt"),
     ("export {d}/fake.pt -o {d}/x", "{d}/fake.pt"),
-    ("export {d}/fake.pt -o {d}/x --mode maskctc", "--mode"),
+    ("export {d}/fake.pt -o {d}/x --mode sampling", "--mode"),
     ("info {d}/missing.pt", "{d}/missing.pt"),
     ("info {d}/fake.pt", "{d}/fake.pt"),
     ("info {d}/folder", "{d}/folder"),

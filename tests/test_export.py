@@ -31,13 +31,13 @@ SHAPES = [(1, 57), (2, 160), (3, 301), (5, 98)]  # (batch, frames): several leng
 
 @pytest.fixture(scope="module")
 def exported(tone_corpus, tmp_path_factory):
-    """A random tiny Conformer package (InterCTC, per-utterance CMN) on the tone corpus' tokenizer, and its ONNX,
+    """A random tiny Conformer package (InterCTC, per-utterance CMN, trained for Mask-CTC) on the tone corpus' tokenizer, and its ONNX,
     int8 ONNX and torch.export (.pt2) exports."""
     root = tmp_path_factory.mktemp("export")
     tok = load_tokenizer(tone_corpus / "tokenizer")
     cfg = Config()
     cfg.model = ModelConfig(input_dim=80, vocab_size=tok.vocab_size, **PRESETS["tiny"], block="conformer", conv_kernel=7,
-                            interctc_weight=0.3, utterance_cmn=True)
+                            interctc_weight=0.3, utterance_cmn=True, nat_weight=0.3)
     cfg.decode.max_len_ratio, cfg.decode.beam, cfg.decode.vad = 0.3, 4, "energy"  # tones, not speech: Silero's detector hears none
     torch.manual_seed(0)
     model = ASRModel(cfg.model)
@@ -46,7 +46,8 @@ def exported(tone_corpus, tmp_path_factory):
     export_package(root / "model.pt", root / "int8", int8=True)
     with pytest.warns(FutureWarning, match="torchscript is deprecated"):  # its old name: pt2 programs written
         export_package(root / "model.pt", root / "pt2", fmt="torchscript")
-    assert sorted(p.name for p in (root / "pt2").glob("*.pt2")) == ["decoder.pt2", "decoder_step.pt2", "encoder.pt2"]
+    assert sorted(p.name for p in (root / "pt2").glob("*.pt2")) == ["decoder.pt2", "decoder_step.pt2", "encoder.pt2",
+                                                                           "nat_decoder.pt2"]
     return root, model.eval()
 
 
@@ -113,12 +114,43 @@ def test_onnx_encoder_and_decoder_step_equal_pytorch(exported, B, T):
     tokens[:, 0] = 2
     token_lens = torch.tensor([7] + [max(1, 7 - 2 * i) for i in range(1, B)])
     with torch.no_grad():
-        expected_lp = DecoderExport(model)(tokens, token_lens, enc_mask, *cross)
+        expected_lp = DecoderExport(model.decoder)(tokens, token_lens, enc_mask, *cross)
     feeds = {"tokens": tokens.numpy(), "token_lens": token_lens.numpy(), "enc_mask": enc_mask.numpy(),
              **{f"cross_kv_{i}": c.numpy() for i, c in enumerate(cross)}}
     got = decoder.run(None, feeds)[0]
     valid = (np.arange(7)[None] < token_lens.numpy()[:, None])[..., None]
     np.testing.assert_allclose(np.where(valid, got, 0), np.where(valid, expected_lp.numpy(), 0), atol=1e-4)
+
+
+@pytest.mark.parametrize("B,T", SHAPES)
+def test_the_nat_decoder_graph_equals_pytorch_and_sees_every_position(exported, B, T):
+    """nat_decoder.onnx and .pt2 = the decoder without the causal mask, over the encoder graph's cross_kv_i."""
+    import onnxruntime as ort
+
+    root, model = exported
+    nat = ort.InferenceSession(str(root / "onnx/nat_decoder.onnx"), providers=["CPUExecutionProvider"])
+    feats, lens = batch(B, T, seed=5)
+    with torch.no_grad():
+        enc, enc_lens = model.encode(feats, lens)
+        cross = model.decoder.cross_kv(enc)
+    enc_mask = torch.arange(enc.size(1)) < enc_lens.unsqueeze(1)
+    tokens = torch.randint(5, model.cfg.vocab_size, (B, 6), generator=torch.Generator().manual_seed(4))
+    tokens[:, 0], tokens[:, 1::2] = 2, 4  # <sos>, and <mask>s
+    token_lens = torch.tensor([6] + [max(1, 6 - i) for i in range(1, B)])
+    with torch.no_grad():
+        expected = torch.log_softmax(model.decoder(enc, enc_mask, tokens, token_lens, causal=False), -1)
+    feeds = {"tokens": tokens.numpy(), "token_lens": token_lens.numpy(), "enc_mask": enc_mask.numpy(),
+             **{f"cross_kv_{i}": c.numpy() for i, c in enumerate(cross)}}
+    got = nat.run(None, feeds)[0]
+    valid = (np.arange(6)[None] < token_lens.numpy()[:, None])[..., None]
+    np.testing.assert_allclose(np.where(valid, got, 0), np.where(valid, expected.numpy(), 0), atol=1e-4)
+    program = torch.export.load(str(root / "pt2/nat_decoder.pt2")).module()
+    with torch.no_grad():
+        torch.testing.assert_close(program(tokens, token_lens, enc_mask, *cross) * torch.from_numpy(valid),
+                                   expected * torch.from_numpy(valid), atol=1e-4, rtol=0)
+    feeds["tokens"] = feeds["tokens"].copy()
+    feeds["tokens"][0, 4] = 5 if feeds["tokens"][0, 4] != 5 else 6  # another later token changes position 0
+    assert not np.allclose(nat.run(None, feeds)[0][0, 0], got[0, 0])
 
 
 @pytest.mark.parametrize("B,T", SHAPES[:2])
@@ -274,10 +306,14 @@ def test_transcribe_an_export_without_torch(exported, tmp_path):
     expected = Recognizer(root / "model.pt", device="cpu", threads=1).transcribe(tmp_path / "talk.wav")
     assert result["text"] == expected["text"] and len(result["segments"]) == len(expected["segments"]) >= 1
     assert json.loads((root / "onnx/export.json").read_text())["config"]["decode"]["mode"] == "joint"  # the package's
-    # options an export cannot honour are one clear line
+    # the NAT decoder's Mask-CTC runs without torch too
     proc = subprocess.run([sys.executable, "-c", code.replace("'-f', 'json'", "'--mode', 'maskctc'")],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "other modes need the PyTorch package" in proc.stderr
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # options an export cannot honour are one clear line
+    proc = subprocess.run([sys.executable, "-c", code.replace("'-f', 'json'", "'--temperature', '0.5'")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "an export does not sample" in proc.stderr
 
 
 def test_asr_decode_an_export_writes_what_the_package_decoding_writes(exported, tone_corpus, tmp_path):

@@ -195,11 +195,12 @@ def test_variants_train(changes):
         assert m.count_parameters() == model().count_parameters() - VOCAB * 64
 
 
-@pytest.mark.parametrize("kwargs", [dict(mask_ctc=True), dict(sampling_prob=0.5)])
-def test_mask_ctc_and_scheduled_sampling(kwargs):
-    m = model().train()
+@pytest.mark.parametrize("changes,kwargs", [(dict(nat_weight=0.5), {}), ({}, dict(sampling_prob=0.5))])
+def test_nat_loss_and_scheduled_sampling(changes, kwargs):
+    m = model(**changes).train()
     out = m(*batch(), **kwargs)
     assert torch.isfinite(out["loss"]) and torch.isfinite(out["loss_att"])
+    assert ("loss_nat" in out) == bool(changes)
     out["loss"].backward()
     grads = [p.grad for p in m.decoder.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)

@@ -50,6 +50,9 @@ def package(tmp_path_factory) -> Path:
         model.ctc.proj.bias[BLANK] = -3.0
         model.decoder.output.bias[EOS] = 5.0
     save_package(root / "model.pt", cfg, tok, model.state_dict())
+    # the same weights decoding non-autoregressively (Mask-CTC) by default: served as "other"
+    cfg.model.nat_weight, cfg.decode.mode = 0.3, "maskctc"
+    save_package(root / "nat.pt", cfg, tok, model.state_dict())
     return root / "model.pt"
 
 
@@ -67,10 +70,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(package: Path, *args: str) -> tuple[subprocess.Popen, str]:
+def _start(package: Path, *args: str, other: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """A server of `package` as "tiny" and `other` (default: the same) as "other"."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "asr_transformer", "serve", "--model", f"tiny={package}", "--model",
-                             f"other={package}", "--port", str(port), "--threads", "1", "--device", "cpu", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "asr_transformer", "serve", "--model", f"tiny={package}",
+                             "--model", f"other={other or package}", "--port", str(port), "--threads", "1",
+                             "--device", "cpu", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -89,7 +94,8 @@ def _start(package: Path, *args: str) -> tuple[subprocess.Popen, str]:
 
 @pytest.fixture(scope="module")
 def server(package):
-    proc, base = _start(package, "--api-key", KEY, "--max-upload-mb", "0.2", "--stream-idle-seconds", "2")
+    proc, base = _start(package, "--api-key", KEY, "--max-upload-mb", "0.2", "--stream-idle-seconds", "2",
+                        other=package.with_name("nat.pt"))
     yield base
     proc.terminate()
     proc.wait(timeout=60)
@@ -165,8 +171,10 @@ def test_bad_requests_get_their_status_and_the_server_keeps_serving(server, tmp_
 
 
 def test_concurrent_clients_each_get_their_own_text(server, package, tmp_path):
+    """Sixteen clients at once to the model "other", which decodes with Mask-CTC (non-autoregressive)."""
     wavs = [_wav(tmp_path / f"c{i}.wav", 1.0 + 0.25 * (i % 5), seed=10 + i) for i in range(16)]
-    rec = Recognizer(package, device="cpu", threads=1)
+    rec = Recognizer(package.with_name("nat.pt"), device="cpu", threads=1)
+    assert rec.options.mode == "maskctc"
     expected = [rec.transcribe(str(w))["text"] for w in wavs]
     assert len(set(expected)) > 1
 

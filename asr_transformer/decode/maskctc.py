@@ -3,77 +3,141 @@
 1. Greedy CTC gives the output length and a first guess; each token's confidence is its highest CTC
    posterior over the frames it spans.
 2. Tokens with confidence < `threshold` become <mask>.
-3. The decoder, run without the causal mask, predicts every position at once; over `iterations` rounds the
-   most confident predictions at masked positions are filled in (easy-first, as ESPnet: with n masks and
-   k = min(iterations, n) rounds, each of the first k − 1 rounds fills n // k of them and the last round the
-   rest). Each utterance follows its own schedule; the rounds run for all of them together, and an
-   utterance whose masks are all filled leaves the decoder's batch (on bench/decode_speed.py's batch of 16,
-   the decoder then runs on half the rows it would run on otherwise).
+3. The decoder, run without the causal mask and trained for it (model.nat_weight > 0: it reads <sos> and the
+   tokens, and each position predicts the token after it), predicts every position at once; over
+   `iterations` rounds the most confident predictions at masked positions are filled in (easy-first, as ESPnet:
+   with n masks and k = min(iterations, n) rounds, each of the first k − 1 rounds fills n // k of them and the
+   last round the rest). Each utterance follows its own schedule; the rounds run for all of them together, and an
+   utterance whose masks are all filled leaves the decoder's batch.
 
 `iterations = 0` returns greedy CTC unchanged.
+
+The search (`fill_masks`) is numpy and calls the decoder through a function, so that the package (PyTorch,
+`maskctc_search`) and the export (onnxruntime, `inference/exported.py`) run the same search; importing this
+module imports no torch.
 """
 
 from __future__ import annotations
 
-import torch
+from typing import Callable
+
+import numpy as np
 
 from asr_transformer.decode import Hypothesis
-from asr_transformer.decode.ctc_prefix import ctc_greedy
-from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.tokens import BLANK, EOS, MASK, SOS
 
 NOT_FILLED = (BLANK, SOS, EOS, MASK)  # a masked position is never filled with these
 
+# rows (n,) of the batch, their tokens y (n, L) with MASK at `masked` (n, L) bool, and lengths (n,)
+# → log-probabilities (number of masked positions, V) at the masked positions, in row-major order
+Predict = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
-def maskctc_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, ctc_log_probs: torch.Tensor,
-                   iterations: int = 10, threshold: float = 0.99) -> list[list[Hypothesis]]:
-    """Batched Mask-CTC.
+
+def fill_masks(tokens: np.ndarray, lengths: np.ndarray, confidence: np.ndarray, ctc_scores: np.ndarray,
+               iterations: int, threshold: float, predict: Predict) -> list[list[Hypothesis]]:
+    """Mask-CTC's rounds on greedy CTC's output.
 
     Args:
-        model: ASRModel (its `decoder`, trained with the masked-token objective); enc (B, T', D), enc_lens (B,);
-        ctc_log_probs: (B, T', V).
+        tokens (B, L) int64 greedy CTC tokens, lengths (B,), confidence (B, L) each token's CTC confidence,
+        ctc_scores (B,) the greedy path's log-probability; `predict` runs the NAT decoder (see Predict).
     Returns:
         per utterance one Hypothesis; score = Σ log(confidence) of the CTC tokens kept + Σ log p of the
         decoder's fills, parts {"ctc": greedy-CTC path log-probability}.
     """
+    B, L = tokens.shape
+    valid = np.arange(L)[None, :] < lengths[:, None]
+    token_lp = np.where(valid, np.log(np.maximum(confidence, 1e-30)), 0.0).astype(np.float32)
+    y = tokens.copy()
+    if iterations > 0 and L > 0:
+        masked = valid & (confidence < threshold)
+        n_mask = masked.sum(1)  # (B,)
+        rounds = np.minimum(n_mask, iterations)
+        per_round = n_mask // np.maximum(rounds, 1)
+        y[masked] = MASK
+        rows = np.arange(B)  # the utterances that still have masks (ascending)
+        for it in range(int(rounds.max(initial=0))):
+            rows = rows[masked[rows].any(1)]  # utterances without masks leave the decoder's batch for good
+            if not len(rows):
+                break
+            width = int(lengths[rows].max())
+            log_probs = predict(rows, y[rows, :width], lengths[rows], masked[rows, :width]).astype(np.float32)
+            log_probs[:, list(NOT_FILLED)] = -np.inf
+            pred_lp = np.full(y.shape, -np.inf, np.float32)
+            pred = y.copy()
+            where = np.zeros_like(masked)
+            where[rows, :width] = masked[rows, :width]
+            pred_lp[where] = log_probs.max(-1)
+            pred[where] = log_probs.argmax(-1)
+            # how many to fill now: n // k in the first k - 1 rounds, all that are left in round k
+            count = np.where(it < rounds - 1, per_round, masked.sum(1))
+            count[it >= rounds] = 0
+            rank = np.argsort(np.argsort(-pred_lp, axis=1, kind="stable"), axis=1, kind="stable")
+            fill = masked & (rank < count[:, None])
+            y = np.where(fill, pred, y)
+            token_lp = np.where(fill, pred_lp, token_lp)
+            masked = masked & ~fill
+    scores = np.where(valid, token_lp, 0.0).sum(1, dtype=np.float64)
+    return [[Hypothesis(y[b, :n].tolist(), float(scores[b]), {"ctc": float(ctc_scores[b])})]
+            for b, n in enumerate(lengths.tolist())]
+
+
+def with_sos(y: np.ndarray, lens: np.ndarray, masked: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The decoder's input for tokens y (n, L) with `masked` (n, L): <sos> y (n, L+1), lengths + 1, and the output
+    positions that predict the masked tokens (n, L+1) (position i predicts token i + 1)."""
+    n = len(y)
+    return (np.concatenate([np.full((n, 1), SOS, np.int64), y], 1), lens + 1,
+            np.concatenate([masked, np.zeros((n, 1), bool)], 1))
+
+
+def greedy_with_confidence(log_probs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Greedy CTC of a batch in numpy: log_probs (B, T, V), lengths (B,) → tokens (B, L) int64, token counts (B,),
+    confidence (B, L) (each token's highest posterior over its frames), the path's log-probability (B,)."""
+    B, T, _ = log_probs.shape
+    best, best_lp = log_probs.argmax(-1), log_probs.max(-1)
+    valid = np.arange(T)[None, :] < lengths[:, None]
+    prev = np.concatenate([np.full((B, 1), -1), best[:, :-1]], 1)
+    in_token = valid & (best != BLANK)
+    starts = in_token & (best != prev)  # first frame of each emitted token
+    counts = starts.sum(1)
+    L = int(counts.max(initial=0))
+    tokens, confidence = np.zeros((B, L), np.int64), np.zeros((B, L), np.float32)
+    index = np.cumsum(starts, 1) - 1  # token index of each frame
+    b, t = np.nonzero(starts)
+    tokens[b, index[b, t]] = best[b, t]
+    b, t = np.nonzero(in_token)
+    np.maximum.at(confidence, (b, index[b, t]), np.exp(best_lp[b, t]))
+    return tokens, counts, confidence, (best_lp * valid).sum(1)
+
+
+def maskctc_search(model, enc, enc_lens, ctc_log_probs, iterations: int = 10,
+                   threshold: float = 0.99) -> list[list[Hypothesis]]:
+    """Batched Mask-CTC with the PyTorch model: `fill_masks` with its decoder run as the NAT decoder.
+
+    Args:
+        model: ASRModel (its decoder trained for it, model.nat_weight > 0); enc (B, T', D), enc_lens (B,);
+        ctc_log_probs: (B, T', V) (torch tensors).
+    """
+    import torch
+
+    from asr_transformer.decode.ctc_prefix import ctc_greedy
+
     g = ctc_greedy(ctc_log_probs, enc_lens)
     if iterations <= 0:
         return g.hypotheses()
-    tokens, lens = g.tokens, g.lengths.to(enc.device)
-    B, L = tokens.shape
-    valid = lengths_to_mask(lens, L)
-    token_lp = g.confidence.clamp(min=1e-30).log().masked_fill(~valid, 0.0)
-    if L > 0:
-        masked = valid & (g.confidence < threshold)
-        n_mask = masked.sum(1)  # (B,)
-        rounds = torch.where(n_mask >= iterations, torch.full_like(n_mask, iterations), n_mask)
-        per_round = n_mask // rounds.clamp(min=1)
-        enc_mask = lengths_to_mask(enc_lens.to(enc.device), enc.size(1))
-        kv = model.decoder.cross_kv(enc)  # encoder keys/values projected once for all rounds
-        y = tokens.masked_fill(masked, MASK)
-        not_filled = torch.tensor(NOT_FILLED, device=enc.device)
-        rows = torch.arange(B, device=enc.device)  # the utterances that still have masks (ascending)
-        for it in range(int(rounds.max())):
-            left = masked[rows].any(1)
-            if not bool(left.all()):  # utterances without masks leave the decoder's batch for good
-                if not bool(left.any()):
-                    break
-                rows, kv, enc_mask = rows[left], [c[left] for c in kv], enc_mask[left]
-            # the decoder sees every position (no causal mask); outputs are needed at masked positions only
-            width = int(lens[rows].max())
-            logits = model.decoder.forward_kv(kv, enc_mask, y[rows, :width], lens[rows], causal=False,
-                                              select=masked[rows, :width])  # (masked positions, V), in the order of `masked`
-            best_lp, best = torch.log_softmax(logits.float(), -1).index_fill(-1, not_filled, float("-inf")).max(-1)
-            pred_lp = torch.full(y.shape, float("-inf"), device=y.device).masked_scatter(masked, best_lp)
-            pred = y.masked_scatter(masked, best)
-            # how many to fill now: n // k in the first k - 1 rounds, all that are left in round k
-            count = torch.where(it < rounds - 1, per_round, masked.sum(1)).masked_fill(it >= rounds, 0)
-            rank = pred_lp.argsort(dim=1, descending=True, stable=True).argsort(1)
-            fill = masked & (rank < count.unsqueeze(1))
-            y = torch.where(fill, pred, y)
-            token_lp = torch.where(fill, pred_lp, token_lp)
-            masked = masked & ~fill
-        tokens = y
-    score = (token_lp * valid).sum(1).tolist()
-    tokens, lengths, ctc = tokens.cpu(), lens.tolist(), g.score.tolist()
-    return [[Hypothesis(tokens[b, :n].tolist(), score[b], {"ctc": ctc[b]})] for b, n in enumerate(lengths)]
+    kv = model.decoder.cross_kv(enc)  # encoder keys/values projected once for all rounds
+    enc_mask = torch.arange(enc.size(1), device=enc.device)[None, :] < enc_lens.to(enc.device)[:, None]
+    held = {"rows": None}
+
+    def predict(rows: np.ndarray, y: np.ndarray, lens: np.ndarray, masked: np.ndarray) -> np.ndarray:
+        if held["rows"] is None or not np.array_equal(held["rows"], rows):
+            index = torch.as_tensor(rows, device=enc.device)
+            held.update(rows=rows, kv=[c[index] for c in kv], mask=enc_mask[index])
+        y_in, lens_in, select = with_sos(y, lens, masked)
+        device = enc.device
+        logits = model.decoder.forward_kv(held["kv"], held["mask"], torch.as_tensor(y_in, device=device),
+                                          torch.as_tensor(lens_in, device=device), causal=False,
+                                          select=torch.as_tensor(select, device=device))  # (masked positions, V)
+        return torch.log_softmax(logits.detach().float(), -1).cpu().numpy()
+
+    return fill_masks(g.tokens.cpu().numpy(), g.lengths.cpu().numpy(), g.confidence.float().cpu().numpy(),
+                      g.score.float().cpu().numpy(), iterations, threshold, predict)

@@ -165,7 +165,7 @@ def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: Decod
     opts.temperature_increment and `text_of` (tokens → text), the windows that fail are decoded again, hotter;
     with `no_speech` (a Whisper tokenizer's ids: `WhisperTokenizer.no_speech`), windows Whisper takes for silence
     give no text (decode/fallback.py)."""
-    mode = check_modes(opts.mode)[0]
+    mode = check_modes(opts.mode, model.cfg)[0]
     if (opts.temperature > 0 or opts.temperature_increment > 0) and model.cfg.decoder_layers == 0:
         raise DecodeError("temperature: sampling draws from the attention decoder, which this model does not have")
     if enc.size(1) == 0:  # every utterance too short to give one encoder frame

@@ -13,6 +13,8 @@
                        → log_probs (N, V) of the next token, self_kv_out_i (N, L + 1, 2D)
     decoder.onnx       tokens (N, L) int64 (<sos> first), token_lens (N,), enc_mask (N, T'), cross_kv_i
                        → log_probs (N, L, V): every position at once, for attention rescoring
+    nat_decoder.onnx   a model trained for Mask-CTC (model.nat_weight > 0): decoder.onnx's inputs (<mask> where a
+                       token is to be filled) and output, without the causal mask: every position sees every other
     weights.bin        the graphs' weights, each stored once (`onnx_weights.py`: the decoder graphs share theirs)
     tokenizer.bin      the tokenizer (a sentencepiece model, or a phone tokenizer's lexicon)
     lm.ngram, word_lm.ngram   the package's LMs, where it stores them (`decode/ngram_binary.py`'s memory-mapped
@@ -22,11 +24,11 @@
 
 Batch, time and cache axes are dynamic (decoder positions up to MAX_POSITIONS). The graphs are traced by
 `torch.export` and converted by PyTorch's ONNX exporter (`torch.onnx.export(dynamo=True)`). `--format pt2` writes the
-`torch.export` programs themselves instead (encoder.pt2, decoder_step.pt2, decoder.pt2: `torch.export.load(path)
-.module()`), with the same inputs and outputs; `--format torchscript` is its deprecated name (TorchScript is
-deprecated in PyTorch). `--int8` quantizes the ONNX graphs' matrix products to int8 (onnxruntime's dynamic
-quantization, a scale per output column). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime and
-numpy alone.
+`torch.export` programs themselves instead (encoder.pt2, decoder_step.pt2, decoder.pt2 and nat_decoder.pt2:
+`torch.export.load(path).module()`), with the same inputs and outputs; `--format torchscript` is its deprecated name
+(TorchScript is deprecated in PyTorch). `--int8` quantizes the ONNX graphs' matrix products to int8 (onnxruntime's
+dynamic quantization, a scale per output column). `exported.ExportedRecognizer` runs an ONNX folder with onnxruntime
+and numpy alone.
 """
 
 from __future__ import annotations
@@ -99,19 +101,22 @@ class DecoderStepExport(nn.Module):
 
 
 class DecoderExport(nn.Module):
-    """The whole decoder over given token sequences at once (teacher forcing; causal), for attention rescoring:
-    one call instead of a step per token. Equals `Decoder.forward_kv` followed by log_softmax."""
+    """The decoder over given token sequences, every position at once: causal (teacher forcing), for attention
+    rescoring, one call instead of a step per token; or not (`causal=False`), for Mask-CTC's fills. Equals
+    `Decoder.forward_kv` followed by log_softmax."""
 
-    def __init__(self, model):
+    def __init__(self, decoder, causal: bool = True):
         super().__init__()
-        self.model = model
+        self.decoder, self.causal = decoder, causal
 
     def forward(self, tokens: torch.Tensor, token_lens: torch.Tensor, enc_mask: torch.Tensor, *cross: torch.Tensor):
-        return F.log_softmax(self.model.decoder.forward_kv(list(cross), enc_mask, tokens, token_lens).float(), dim=-1)
+        logits = self.decoder.forward_kv(list(cross), enc_mask, tokens, token_lens, causal=self.causal)
+        return F.log_softmax(logits.float(), dim=-1)
 
 
 def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
-    """Inputs to trace the two graphs with: a padded batch (so the graphs keep their masks)."""
+    """Inputs to trace the graphs with (encoder, decoder_step, decoder[, nat_decoder]): a padded batch (so the graphs
+    keep their masks)."""
     d, layers = model.cfg.d_model, len(model.decoder.layers)
     if model.cfg.positions == "whisper":  # within the encoder's position table
         frames = min(frames, model.cfg.subsampling * model.cfg.max_source_positions)
@@ -123,28 +128,32 @@ def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
     self_kv = [torch.randn(batch, prefix, 2 * d) for _ in range(layers)]
     step = (torch.full((batch, 1), 5, dtype=torch.long), torch.tensor([prefix]), enc_mask, *self_kv, *cross)
     tokens = torch.full((batch, prefix + 2), 5, dtype=torch.long)
-    forced = (tokens, torch.tensor([prefix + 2] + [prefix] * (batch - 1)), enc_mask, *cross)
-    return (feats, feat_lens), step, forced
+    token_lens = torch.tensor([prefix + 2] + [prefix] * (batch - 1))
+    whole = (tokens, token_lens, enc_mask, *cross)
+    return [(feats, feat_lens), step, whole, whole]
 
 
 def _names(layers: int, ctc: bool = True):
+    """The graphs' input and output names and dynamic axes (encoder, decoder_step, decoder, nat_decoder)."""
     cross = [f"cross_kv_{i}" for i in range(layers)]
     self_in = [f"self_kv_{i}" for i in range(layers)]
     self_out = [f"self_kv_out_{i}" for i in range(layers)]
-    encoder = dict(input_names=["feats", "feat_lens"], output_names=["ctc_log_probs", "enc_lens", *cross][1 - ctc:],
+    encoder = dict(input_names=["feats", "feat_lens"],
+                   output_names=["ctc_log_probs", "enc_lens", *cross][1 - ctc:],
                    dynamic_axes={"feats": {0: "batch", 1: "frames"}, "feat_lens": {0: "batch"},
                                  **({"ctc_log_probs": {0: "batch", 1: "enc_frames"}} if ctc else {}),
-                                 "enc_lens": {0: "batch"}, **{n: {0: "batch", 1: "enc_frames"} for n in cross}})
+                                 "enc_lens": {0: "batch"},
+                                 **{n: {0: "batch", 1: "enc_frames"} for n in cross}})
     step = dict(input_names=["tokens", "offset", "enc_mask", *self_in, *cross], output_names=["log_probs", *self_out],
                 dynamic_axes={"tokens": {0: "hyps"}, "enc_mask": {0: "hyps", 1: "enc_frames"},
                               "log_probs": {0: "hyps"}, **{n: {0: "hyps", 1: "prefix"} for n in self_in},
                               **{n: {0: "hyps", 1: "prefix_out"} for n in self_out},
                               **{n: {0: "hyps", 1: "enc_frames"} for n in cross}})
-    forced = dict(input_names=["tokens", "token_lens", "enc_mask", *cross], output_names=["log_probs"],
-                  dynamic_axes={"tokens": {0: "hyps", 1: "length"}, "token_lens": {0: "hyps"},
-                                "enc_mask": {0: "hyps", 1: "enc_frames"}, "log_probs": {0: "hyps", 1: "length"},
-                                **{n: {0: "hyps", 1: "enc_frames"} for n in cross}})
-    return encoder, step, forced
+    whole = dict(input_names=["tokens", "token_lens", "enc_mask", *cross], output_names=["log_probs"],
+                 dynamic_axes={"tokens": {0: "hyps", 1: "length"}, "token_lens": {0: "hyps"},
+                               "enc_mask": {0: "hyps", 1: "enc_frames"}, "log_probs": {0: "hyps", 1: "length"},
+                               **{n: {0: "hyps", 1: "enc_frames"} for n in cross}})
+    return [encoder, step, whole, whole]
 
 
 def _dynamic_shapes(names: dict, positional: int):
@@ -166,7 +175,7 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     """Export `package` into the folder `out`; → {file name: size in bytes}. The export decodes with `mode` by
     default (else the package's mode where an export can run it, else joint, or beam without a CTC head). Raises ValueError for what
     cannot be exported (a model.speaker_cmn model: its speaker means are computed outside the graph)."""
-    from asr_transformer.inference.exported import ATTENTION_MODES, EXPORTED_MODES
+    from asr_transformer.inference.exported import export_modes
     from asr_transformer.decode.fusion import read_lm
     from asr_transformer.package import load_package, read_package
 
@@ -183,7 +192,7 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     if cfg.model.speaker_cmn:
         raise ValueError(f"{package}: a model.speaker_cmn model normalizes by speaker means computed outside the "
                          "model; export supports global and per-utterance CMVN")
-    usable = EXPORTED_MODES if cfg.model.ctc else ATTENTION_MODES  # without a CTC head: the attention decoder alone
+    usable = export_modes(cfg.model)
     if mode is not None and mode not in usable:
         raise ValueError(f"--mode {mode}: this export decodes with {', '.join(usable)}")
     fallback = "joint" if cfg.model.ctc else "beam"
@@ -193,12 +202,14 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     graphs = {"encoder": EncoderExport(model).eval(), "decoder_step": DecoderStepExport(model).eval(),
-              "decoder": DecoderExport(model).eval()}
+              "decoder": DecoderExport(model.decoder).eval()}
+    if cfg.model.nat_weight > 0:  # the same decoder without the causal mask, for Mask-CTC
+        graphs["nat_decoder"] = DecoderExport(model.decoder, causal=False).eval()
     files = {name: f"{name}.{fmt}" for name in graphs}
     with _quiet_exporter():
         for (name, module), inputs, names, positional in zip(graphs.items(), example_inputs(model),
                                                              _names(len(model.decoder.layers), model.ctc is not None),
-                                                             (2, 3, 3)):
+                                                             (2, 3, 3, 3)):
             target = out / files[name]
             tmp = target.with_name(f".{target.name}.tmp")
             with torch.no_grad():

@@ -6,11 +6,11 @@
 
 `asr transcribe --model DIR` takes this path when DIR is an export. It decodes as the package does, with the
 package's searches written in numpy (`exported_search.py`) and its LMs and hotwords (numpy objects of `decode/`):
-the modes of `EXPORTED_MODES` (ctc, ctc_beam, rescore, greedy, beam and joint; a model without a CTC head: greedy and
-beam), the token and word LMs (and a phone model's lexicon) that the export stores, in beam, joint and rescore,
-and hotwords in beam, joint, ctc_beam and rescore. Not here: sampling (temperature), Mask-CTC, and a
-Whisper model's prompt options and silence check. Audio at other rates than 16 kHz is resampled with torchaudio,
-so 16 kHz input keeps PyTorch out entirely.
+the modes of `EXPORTED_MODES` (ctc, ctc_beam, rescore, greedy, beam, joint, and maskctc where the model's decoder
+learned it; a model without a CTC head: greedy and beam), the token and word LMs (and a phone model's lexicon) that
+the export stores, in beam, joint and rescore, and hotwords in beam, joint, ctc_beam and rescore. Not here:
+sampling (temperature), and a Whisper model's prompt options and silence check. Audio at other rates than 16 kHz
+is resampled with torchaudio, so 16 kHz input keeps PyTorch out entirely.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 from asr_transformer.config import DecodeConfig, from_dict, max_output_tokens
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.fusion import BIASED_MODES, LM_MODES, fused_lms, fusion_lm, read_lm, transcriber
+from asr_transformer.decode.maskctc import fill_masks, greedy_with_confidence, with_sos
 from asr_transformer.errors import DecodeError, UserError
 from asr_transformer.fileio import read_json
 from asr_transformer.frames import chunk_frames
@@ -36,8 +37,16 @@ from asr_transformer.threads import cpu_threads
 from asr_transformer.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 
 FORMAT, VERSION = "asr-export", 1  # as export.py writes them (that module imports torch)
-EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy", "beam", "joint")
+EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy", "beam", "joint", "maskctc")
 ATTENTION_MODES = ("greedy", "beam")  # what a model without a CTC head decodes with
+
+
+def export_modes(model) -> tuple[str, ...]:
+    """The modes an export of a model of ModelConfig `model` decodes with: maskctc where its decoder learned to fill
+    masked tokens (model.nat_weight), the attention decoder's alone without a CTC head."""
+    if not model.ctc:
+        return ATTENTION_MODES
+    return EXPORTED_MODES if model.nat_weight > 0 else tuple(m for m in EXPORTED_MODES if m != "maskctc")
 NEG_INF = -np.inf
 
 
@@ -84,7 +93,7 @@ class ExportedRecognizer:
         if options.get("temperature") or options.get("temperature_increment"):
             raise ExportError("temperature: an export does not sample; use the model package")
         self.options = replace(self.config.decode, **{**options, "temperature": 0.0, "temperature_increment": 0.0})
-        self.modes = EXPORTED_MODES if self.config.model.ctc else ATTENTION_MODES
+        self.modes = export_modes(self.config.model)
         self._check_mode(self.options.mode)
         try:
             check_vad(self.options)
@@ -108,6 +117,9 @@ class ExportedRecognizer:
         self.decoder_step, self.decoder = (
             ort.InferenceSession(str(self.path / meta["files"][name]), so, providers=["CPUExecutionProvider"])
             for name in ("decoder_step", "decoder"))
+        self.nat_decoder = (ort.InferenceSession(str(self.path / meta["files"]["nat_decoder"]), so,
+                                                 providers=["CPUExecutionProvider"])
+                            if "nat_decoder" in meta["files"] else None)
         self.layers = sum(o.name.startswith("cross_kv_") for o in self.encoder.get_outputs())
         self.device, self.precision = "cpu", meta.get("precision", "fp32")
         m = self.config.model
@@ -217,6 +229,22 @@ class ExportedRecognizer:
                 break
         return [Hypothesis(t, float(s), {"att": float(s)}) for t, s in zip(tokens, scores)]
 
+    def maskctc(self, ctc: np.ndarray, enc_lens: np.ndarray, cross: list, opts: DecodeConfig) -> list[Hypothesis]:
+        """Mask-CTC (`decode/maskctc.py`'s search, as the package runs it) with the decoder graph without the causal
+        mask."""
+        tokens, lengths, confidence, ctc_scores = greedy_with_confidence(ctc, enc_lens)
+        enc_mask = np.arange(cross[0].shape[1])[None, :] < enc_lens[:, None]
+
+        def predict(rows: np.ndarray, y: np.ndarray, lens: np.ndarray, masked: np.ndarray) -> np.ndarray:
+            y_in, lens_in, select = with_sos(y, lens, masked)
+            feeds = {"tokens": y_in, "token_lens": lens_in.astype(np.int64), "enc_mask": enc_mask[rows]}
+            feeds.update({f"cross_kv_{i}": c[rows] for i, c in enumerate(cross)})
+            return self.nat_decoder.run(None, feeds)[0][select]  # (masked positions, V)
+
+        hyps = fill_masks(tokens, lengths, confidence, ctc_scores, opts.maskctc_iterations, opts.maskctc_threshold,
+                          predict)
+        return [h[0] for h in hyps]
+
     def decode_waves(self, waves: list[np.ndarray], speaker=None) -> list[Hypothesis]:
         """Utterances of 16 kHz mono samples, decoded together → the best hypothesis of each."""
         return self.decode_features([self.features(w) for w in waves], self.options)
@@ -246,6 +274,8 @@ class ExportedRecognizer:
             return [ctc_greedy(ctc[b], int(enc_lens[b])) for b in range(B)]
         if mode == "greedy":
             return self.greedy(cross, enc_lens, opts.max_len_ratio)
+        if mode == "maskctc":
+            return self.maskctc(ctc, enc_lens, cross, opts)
         if mode in ("beam", "joint"):
             return self._beams(ctc if mode == "joint" else None, enc_lens, cross, opts, lm, context)
         nbest = [ctc_prefix_beam_search(ctc[b], int(enc_lens[b]), opts.beam, context) for b in range(B)]

@@ -83,7 +83,7 @@ class Recognizer:
         state = read_package(self.path)
         self.model, self.tokenizer, self.config = load_package(self.path, self.device, self.precision, state)
         self.options = replace(self.config.decode, **options)
-        check_modes(self.options.mode)
+        check_modes(self.options.mode, self.config.model)
         try:
             check_vad(self.options)
         except ValueError as e:
@@ -347,7 +347,7 @@ class Recognizer:
         """
         from asr_transformer.inference.decode_inputs import DecodeInputs
 
-        modes = check_modes(modes or [self.options.mode])
+        modes = check_modes(modes or [self.options.mode], self.config.model)
         folders = [Path(out)] if len(modes) == 1 else [Path(out) / m for m in modes]
         inputs = DecodeInputs(manifest, folders, skip_bad)
         t0 = time.perf_counter()

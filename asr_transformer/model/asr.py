@@ -1,5 +1,6 @@
-"""The whole model: CMVN → encoder → (CTC head, attention decoder); the training losses; the pieces
-the decoders need (encode, CTC log-probs, one decoder step; the decoder's other passes: `ASRModel.decoder`)."""
+"""The whole model: CMVN → encoder → (CTC head, attention decoder); the training losses (the decoder's
+autoregressive one and, with model.nat_weight, its non-autoregressive one); the pieces the decoders need (encode,
+CTC log-probs, one decoder step; the decoder's other passes: `ASRModel.decoder`)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ class ASRModel(nn.Module):
         if cfg.utterance_cmn and cfg.speaker_cmn:
             raise ValueError("model.utterance_cmn and model.speaker_cmn: choose one (speaker_cmn already falls back "
                              "to the utterance's own mean where no speaker is known)")
+        if cfg.nat_weight > 0 and not cfg.ctc:
+            raise ValueError("model.nat_weight needs the CTC head (model.ctc): CTC gives the NAT decoding its output "
+                             "length and first guess")
         if cfg.interctc_condition and not (cfg.interctc_weight > 0 and cfg.ctc_weight > 0):
             raise ValueError("model.interctc_condition needs InterCTC (model.interctc_weight > 0, model.ctc_weight > 0): "
                              "the posteriors it feeds back are the intermediate CTC's")
@@ -167,7 +171,7 @@ class ASRModel(nn.Module):
     # ---- training ---------------------------------------------------------------------------------
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor, tokens: torch.Tensor,
-                token_lens: torch.Tensor, sampling_prob: float = 0.0, mask_ctc: bool = False,
+                token_lens: torch.Tensor, sampling_prob: float = 0.0,
                 speaker_mean: torch.Tensor | None = None) -> dict:
         """Training losses.
 
@@ -176,27 +180,26 @@ class ASRModel(nn.Module):
             speaker_mean: (B, F), with model.speaker_cmn (see `normalize`).
             sampling_prob: scheduled sampling, the probability of feeding the decoder its own
                 (previous-position) prediction instead of the reference token.
-            mask_ctc: train the decoder as the Mask-CTC (non-autoregressive, masked-LM) decoder instead.
         Returns:
             dict with `loss` = ctc_weight·CTC + (1 - ctc_weight)·loss_att, and the parts that were
             computed: `loss_ctc` (absent when ctc_weight = 0); `loss_att` and `acc` (decoder token
-            accuracy; absent when ctc_weight = 1). With mask_ctc, loss_att/acc are those of the masked
-            positions. With InterCTC (model.interctc_weight = v > 0) CTC = (1 − v)·loss_ctc +
-            v·loss_interctc, the CTC loss of an intermediate block's output (with model.interctc_condition its
-            posteriors also feed the blocks above, as in `encode`). All losses are sums over the
-            batch divided by the batch size.
+            accuracy; absent when ctc_weight = 1). With model.nat_weight > 0, + nat_weight·loss_nat, the
+            decoder's masked-token loss without the causal mask (`_masked_lm`), and `acc_nat`. With InterCTC
+            (model.interctc_weight = v > 0) CTC = (1 − v)·loss_ctc + v·loss_interctc, the CTC loss of an
+            intermediate block's output (with model.interctc_condition its posteriors also feed the blocks
+            above, as in `encode`). All losses are sums over the batch divided by the batch size.
         """
         inter_weight = self.cfg.interctc_weight if self.cfg.ctc_weight > 0 else 0.0
         if inter_weight <= 0:
             enc, enc_lens = self.encode(feats, feat_lens, speaker_mean)
-            return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc)
+            return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob)
         kept: list[torch.Tensor] = []
         enc, enc_lens = self.encoder(self.normalize(feats, feat_lens, speaker_mean), feat_lens,
                                      after_block=self._interctc(kept))
-        return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, mask_ctc, kept[0])
+        return self.losses(enc, enc_lens, tokens, token_lens, sampling_prob, kept[0])
 
     def losses(self, enc: torch.Tensor, enc_lens: torch.Tensor, tokens: torch.Tensor, token_lens: torch.Tensor,
-               sampling_prob: float = 0.0, mask_ctc: bool = False, intermediate: torch.Tensor | None = None) -> dict:
+               sampling_prob: float = 0.0, intermediate: torch.Tensor | None = None) -> dict:
         """The losses of `forward` from an encoder output (B, T', D) already computed (and, for InterCTC,
         an intermediate block's output, (B, T', D))."""
         w, out = self.cfg.ctc_weight, {}
@@ -208,15 +211,17 @@ class ASRModel(nn.Module):
                 out["loss_interctc"] = self.ctc.loss(intermediate, enc_lens, tokens, token_lens)
                 ctc = (1 - v) * ctc + v * out["loss_interctc"]
             loss = loss + w * ctc
+        enc_mask = lengths_to_mask(enc_lens, enc.size(1))
         if w < 1:
-            enc_mask = lengths_to_mask(enc_lens, enc.size(1))
-            if mask_ctc:
-                logits, targets = self._masked_lm(enc, enc_mask, tokens, token_lens)
-            else:
-                logits, targets = self._teacher_forcing(enc, enc_mask, tokens, token_lens, sampling_prob)
+            logits, targets = self._teacher_forcing(enc, enc_mask, tokens, token_lens, sampling_prob)
             out["loss_att"] = label_smoothed_ce(logits, targets, self.cfg.label_smoothing)
             out["acc"] = token_accuracy(logits.detach(), targets)
             loss = loss + (1 - w) * out["loss_att"]
+        if self.cfg.nat_weight > 0:
+            logits, targets = self._masked_lm(enc, enc_mask, tokens, token_lens)
+            out["loss_nat"] = label_smoothed_ce(logits, targets, self.cfg.label_smoothing)
+            out["acc_nat"] = token_accuracy(logits.detach(), targets)
+            loss = loss + self.cfg.nat_weight * out["loss_nat"]
         out["loss"] = loss
         return out
 
@@ -237,14 +242,16 @@ class ASRModel(nn.Module):
         return self.decoder(enc, enc_mask, ys_in, in_lens), ys_out
 
     def _masked_lm(self, enc, enc_mask, tokens, token_lens):
-        """Mask-CTC decoder objective (Higuchi et al. 2020): replace a uniformly drawn number (1…n) of
-        random positions of `y1 … yn` by MASK, predict them without the causal mask; loss only there.
-        → logits (B, L, V), targets (B, L)."""
+        """The NAT objective (Mask-CTC's, Higuchi et al. 2020, in teacher forcing's layout): a uniformly drawn number
+        (1…n) of random tokens of `y1 … yn` become MASK; the decoder reads `<sos> y1 … yn` so masked, without the
+        causal mask, and position i predicts token i + 1 where that one is masked (loss only there).
+        → logits (B, L+1, V), targets (B, L+1)."""
         B, L = tokens.shape
         valid = lengths_to_mask(token_lens, L)
         count = (torch.rand(B, device=tokens.device) * token_lens).long() + 1  # (B,) in 1 … n
         rank = torch.rand(B, L, device=tokens.device).masked_fill(~valid, 2.0).argsort(1).argsort(1)
         masked = (rank < count.unsqueeze(1)) & valid
-        ys_in = tokens.masked_fill(~valid, PAD).masked_fill(masked, MASK)
-        ys_out = tokens.masked_fill(~masked, IGNORE_ID)
-        return self.decoder(enc, enc_mask, ys_in, token_lens, causal=False), ys_out
+        sos = tokens.new_full((B, 1), SOS)
+        ys_in = torch.cat([sos, tokens.masked_fill(~valid, PAD).masked_fill(masked, MASK)], 1)
+        ys_out = torch.cat([tokens.masked_fill(~masked, IGNORE_ID), tokens.new_full((B, 1), IGNORE_ID)], 1)
+        return self.decoder(enc, enc_mask, ys_in, token_lens + 1, causal=False), ys_out

@@ -159,8 +159,7 @@ def _check_precision(precision: str, dev: torch.device) -> None:
 
 
 @torch.no_grad()
-def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: str, mask_ctc: bool = False,
-             greedy_wer: bool = False) -> dict:
+def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: str, greedy_wer: bool = False) -> dict:
     """Dev-set losses, decoder token accuracy, CTC-greedy CER (%) and, with `greedy_wer`, the WER (%) of greedy
     attention decoding (what early stopping on dev WER ranks epochs by)."""
     from asr_transformer.decode.greedy import greedy_search
@@ -173,13 +172,14 @@ def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: s
         batch = batch.to(device)
         with autocast(device, precision):
             enc, enc_lens = model.encode(batch.feats, batch.feat_lens, batch.speaker_mean)
-            out = model.losses(enc, enc_lens, batch.tokens, batch.token_lens, mask_ctc=mask_ctc)
+            out = model.losses(enc, enc_lens, batch.tokens, batch.token_lens)
         n, t = len(batch.ids), int(batch.token_lens.sum()) + len(batch.ids)
-        for key in ("loss", "loss_att", "loss_ctc"):
+        for key in ("loss", "loss_att", "loss_ctc", "loss_nat"):
             if key in out:
                 totals[key] = totals.get(key, 0.0) + float(out[key]) * n
-        if "acc" in out:
-            totals["acc"] = totals.get("acc", 0.0) + float(out["acc"]) * t
+        for key in ("acc", "acc_nat"):  # token accuracies: weighted by tokens
+            if key in out:
+                totals[key] = totals.get(key, 0.0) + float(out[key]) * t
         if model.cfg.ctc_weight > 0:
             for utt_id, ids, ref in zip(batch.ids, model.ctc_greedy(enc.float(), enc_lens), batch.texts):
                 pairs.append((utt_id, ref, tokenizer.decode(ids)))
@@ -187,9 +187,7 @@ def validate(model: ASRModel, loader, tokenizer: Tokenizer, device, precision: s
             for utt_id, nbest, ref in zip(batch.ids, greedy_search(model, enc.float(), enc_lens), batch.texts):
                 decoded.append((utt_id, ref, tokenizer.decode(nbest[0].tokens)))
         utts, tokens = utts + n, tokens + t
-    metrics = {f"valid_{k}": v / utts for k, v in totals.items() if k != "acc"}
-    if "acc" in totals:
-        metrics["valid_acc"] = totals["acc"] / tokens
+    metrics = {f"valid_{k}": v / (tokens if k.startswith("acc") else utts) for k, v in totals.items()}
     if pairs:
         metrics["valid_cer"] = 100.0 * score(pairs).cer
     if decoded:
@@ -355,7 +353,7 @@ def _setup(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
     if dist.world > 1:
         run.ddp = torch.nn.parallel.DistributedDataParallel(
             run.model, device_ids=[dev.index] if dev.type == "cuda" else None,
-            find_unused_parameters=cfg.model.ctc_weight in (0.0, 1.0) or cfg.train.mask_ctc)
+            find_unused_parameters=cfg.model.ctc_weight in (0.0, 1.0))
     return run
 
 
@@ -560,7 +558,7 @@ def _train_step(run: _Run, epoch: _Epoch, batch) -> bool:
     with sync:
         with autocast(run.dev, run.precision):
             out = run.ddp(batch.feats, batch.feat_lens, batch.tokens, batch.token_lens,
-                          sampling_prob=prob, mask_ctc=tc.mask_ctc, speaker_mean=batch.speaker_mean)
+                          sampling_prob=prob, speaker_mean=batch.speaker_mean)
         loss = out["loss"].float()
         scaler.scale(loss / tc.accum_grad).backward()
     epoch.losses.append(loss.detach())
@@ -665,7 +663,7 @@ def end_epoch(run: _Run, epoch: _Epoch) -> None:
     # every rank takes rank 0's clock: the time budget must stop them all after the same epoch
     epoch_seconds, state.elapsed = dist.from_main(epoch_seconds, epoch.elapsed_before + epoch_seconds)
     if dist.main:
-        metrics = validate(run.model, run.dev_loader, run.tokenizer, run.dev, run.precision, tc.mask_ctc,
+        metrics = validate(run.model, run.dev_loader, run.tokenizer, run.dev, run.precision,
                            greedy_wer=tc.best_metric == "valid_wer")
     dist.barrier()
     record = None
