@@ -30,6 +30,8 @@ def describe(path: str | os.PathLike) -> str:
              f"model:      {m.encoder_layers} {block} encoder blocks and {m.decoder_layers} decoder blocks of "
              f"d_model {m.d_model}, {m.heads} heads, FFN {m.ffn_dim}{' (GELU)' if m.activation == 'gelu' else ''}; "
              f"conv front-end ×{m.subsampling}; {head}; {parameters:.2f} M parameters"
+             + (f"; the decoder also non-autoregressive (NAT weight {m.nat_weight:g}: `--mode maskctc`)"
+                if m.nat_weight > 0 else "")
              + (f"; streaming (trained on chunks of {m.subsampling * f.frame_shift_ms:g}–"
                 f"{m.streaming_max_chunk * m.subsampling * f.frame_shift_ms:g} ms and full context: "
                 "`asr transcribe --stream`)" if m.streaming else ""),

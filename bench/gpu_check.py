@@ -135,6 +135,7 @@ def model_config(args):
     cfg = load_config(CONFIG)
     cfg.model.vocab_size = args.vocab or cfg.model.vocab_size or 5000
     cfg.model.input_dim = cfg.features.num_mel_bins
+    cfg.model.nat_weight = cfg.model.nat_weight or 0.3  # the decoder's NAT objective too: every mode (maskctc) runs
     if args.small:
         apply_preset(cfg.model, "tiny")
     return cfg

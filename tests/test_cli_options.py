@@ -91,7 +91,7 @@ def test_a_package_stores_every_field(tiny_package, tmp_path):
     from asr_transformer.package import read_package
 
     values = dict(mode="beam", beam=3, ctc_weight=0.4, length_penalty=0.5, max_len_ratio=0.8, maskctc_iterations=3,
-                  maskctc_threshold=0.9, lm_weight=0.2, word_lm_weight=0.1, nbest=2, batch_size=4, ctc_window=12.0,
+                  maskctc_threshold=0.8, lm_weight=0.2, word_lm_weight=0.1, nbest=2, batch_size=4, ctc_window=12.0,
                   beam_threshold=8.0, end_detect=5.0, split_seconds=6.0, chunk_ms=0, left_chunks=2,
                   hotword_score=1.5, numbers="words", temperature=0.1, temperature_increment=0.3,
                   logprob_threshold=-0.8, compression_ratio_threshold=2.0, vad="energy", vad_threshold=0.6,

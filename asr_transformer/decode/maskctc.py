@@ -39,7 +39,8 @@ def fill_masks(tokens: np.ndarray, lengths: np.ndarray, confidence: np.ndarray, 
 
     Args:
         tokens (B, L) int64 greedy CTC tokens, lengths (B,), confidence (B, L) each token's CTC confidence,
-        ctc_scores (B,) the greedy path's log-probability; `predict` runs the NAT decoder (see Predict).
+        ctc_scores (B,) the greedy path's log-probability; `predict` runs the decoder without its causal mask
+        (see Predict).
     Returns:
         per utterance one Hypothesis; score = Σ log(confidence) of the CTC tokens kept + Σ log p of the
         decoder's fills, parts {"ctc": greedy-CTC path log-probability}.

@@ -34,6 +34,7 @@ and numpy alone.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import logging
 import os
@@ -61,15 +62,18 @@ MAX_POSITIONS = 2048  # decoder positions the export keeps (its sine table is a 
 
 class EncoderExport(nn.Module):
     """The encoder, CTC head and the decoder's cross-attention projections, as one graph (see the module
-    docstring for inputs and outputs)."""
+    docstring for inputs and outputs). It holds those and no more of the decoder, so that a `torch.export` program
+    of it (which keeps every weight of its module) does not carry the decoder's."""
 
     def __init__(self, model):
         super().__init__()
-        self.model = model
+        self.model = copy.copy(model)  # shares every module but the decoder, which it leaves out
+        self.model._modules = {name: m for name, m in model._modules.items() if name != "decoder"}
+        self.cross = nn.ModuleList(layer.src_attn for layer in model.decoder.layers)
 
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor):
         enc, enc_lens = self.model.encode(feats, feat_lens)
-        cross = self.model.decoder.cross_kv(enc)
+        cross = [attn.project_kv(enc, enc) for attn in self.cross]  # Decoder.cross_kv
         if self.model.ctc is None:  # a model without a CTC head (an imported Whisper): no ctc_log_probs output
             return (enc_lens, *cross)
         return (self.model.ctc_log_probs(enc), enc_lens, *cross)
