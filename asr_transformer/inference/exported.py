@@ -39,6 +39,7 @@ from asr_transformer.tokens import BLANK, EOS, IGNORE_ID, MASK, PAD, SOS
 FORMAT, VERSION = "asr-export", 1  # as export.py writes them (that module imports torch)
 EXPORTED_MODES = ("ctc", "ctc_beam", "rescore", "greedy", "beam", "joint", "maskctc")
 ATTENTION_MODES = ("greedy", "beam")  # what a model without a CTC head decodes with
+NEG_INF = -np.inf
 
 
 def export_modes(model) -> tuple[str, ...]:
@@ -47,7 +48,6 @@ def export_modes(model) -> tuple[str, ...]:
     if not model.ctc:
         return ATTENTION_MODES
     return EXPORTED_MODES if model.nat_weight > 0 else tuple(m for m in EXPORTED_MODES if m != "maskctc")
-NEG_INF = -np.inf
 
 
 class ExportError(UserError, ValueError):
