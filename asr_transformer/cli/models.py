@@ -99,7 +99,7 @@ def export_(
                             "torchscript: pt2's deprecated name)."),
     int8: bool = typer.Option(False, "--int8", help="Quantize the ONNX graphs' weights to int8."),
     mode: Optional[str] = typer.Option(None, help="The export's default decoding mode: ctc, ctc_beam, rescore, "
-                                       "greedy, beam or joint (default: the package's)."),
+                                       "greedy, beam, joint or maskctc (default: the package's)."),
     force: bool = typer.Option(False, "--force", help="Write into --out even when it holds files but no export."),
 ):
     """Export a model package for inference without this toolkit's PyTorch code: the encoder with its CTC head and

@@ -65,10 +65,9 @@ def fill_masks(tokens: np.ndarray, lengths: np.ndarray, confidence: np.ndarray, 
             log_probs[:, list(NOT_FILLED)] = -np.inf
             pred_lp = np.full(y.shape, -np.inf, np.float32)
             pred = y.copy()
-            where = np.zeros_like(masked)
-            where[rows, :width] = masked[rows, :width]
-            pred_lp[where] = log_probs.max(-1)
-            pred[where] = log_probs.argmax(-1)
+            # every masked position is in `rows` and below `width`: `predict`'s rows are `masked`'s, in order
+            pred_lp[masked] = log_probs.max(-1)
+            pred[masked] = log_probs.argmax(-1)
             # how many to fill now: n // k in the first k - 1 rounds, all that are left in round k
             count = np.where(it < rounds - 1, per_round, masked.sum(1))
             count[it >= rounds] = 0
@@ -110,31 +109,31 @@ def greedy_with_confidence(log_probs: np.ndarray, lengths: np.ndarray) -> tuple[
     return tokens, counts, confidence, (best_lp * valid).sum(1)
 
 
-def maskctc_search(model, enc, enc_lens, ctc_log_probs, iterations: int = 10,
-                   threshold: float = 0.99) -> list[list[Hypothesis]]:
+def maskctc_search(model, enc, enc_lens, ctc_log_probs, iterations: int, threshold: float) -> list[list[Hypothesis]]:
     """Batched Mask-CTC with the PyTorch model: `fill_masks` with its decoder run as the NAT decoder.
 
     Args:
         model: ASRModel (its decoder trained for it, model.nat_weight > 0); enc (B, T', D), enc_lens (B,);
-        ctc_log_probs: (B, T', V) (torch tensors).
+        ctc_log_probs: (B, T', V) (torch tensors); iterations, threshold: decode.maskctc_*.
     """
     import torch
 
     from asr_transformer.decode.ctc_prefix import ctc_greedy
+    from asr_transformer.model.mask import lengths_to_mask
 
     g = ctc_greedy(ctc_log_probs, enc_lens)
     if iterations <= 0:
         return g.hypotheses()
+    device = enc.device
     kv = model.decoder.cross_kv(enc)  # encoder keys/values projected once for all rounds
-    enc_mask = torch.arange(enc.size(1), device=enc.device)[None, :] < enc_lens.to(enc.device)[:, None]
+    enc_mask = lengths_to_mask(enc_lens.to(device), enc.size(1))
     held = {"rows": None}
 
     def predict(rows: np.ndarray, y: np.ndarray, lens: np.ndarray, masked: np.ndarray) -> np.ndarray:
         if held["rows"] is None or not np.array_equal(held["rows"], rows):
-            index = torch.as_tensor(rows, device=enc.device)
+            index = torch.as_tensor(rows, device=device)
             held.update(rows=rows, kv=[c[index] for c in kv], mask=enc_mask[index])
         y_in, lens_in, select = with_sos(y, lens, masked)
-        device = enc.device
         logits = model.decoder.forward_kv(held["kv"], held["mask"], torch.as_tensor(y_in, device=device),
                                           torch.as_tensor(lens_in, device=device), causal=False,
                                           select=torch.as_tensor(select, device=device))  # (masked positions, V)

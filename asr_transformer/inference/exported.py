@@ -29,8 +29,7 @@ from asr_transformer.errors import DecodeError, UserError
 from asr_transformer.fileio import read_json
 from asr_transformer.frames import chunk_frames
 from asr_transformer.inference.exported_features import fbank
-from asr_transformer.inference.exported_search import (beam_search, ctc_greedy, ctc_prefix_beam_search,
-                                                       split_at_pauses)
+from asr_transformer.inference.exported_search import beam_search, ctc_prefix_beam_search, split_at_pauses
 from asr_transformer.numerals import spell_numbers
 from asr_transformer.inference.segmenter import check_vad
 from asr_transformer.threads import cpu_threads
@@ -271,7 +270,9 @@ class ExportedRecognizer:
         if int(enc_lens.max()) == 0:  # every utterance too short to give one encoder frame (as search.recognize)
             return [Hypothesis([], 0.0) for _ in range(B)]
         if mode == "ctc":
-            return [ctc_greedy(ctc[b], int(enc_lens[b])) for b in range(B)]
+            tokens, lengths, _, scores = greedy_with_confidence(ctc, enc_lens)
+            return [Hypothesis(tokens[b, :n].tolist(), float(scores[b]), {"ctc": float(scores[b])})
+                    for b, n in enumerate(lengths.tolist())]
         if mode == "greedy":
             return self.greedy(cross, enc_lens, opts.max_len_ratio)
         if mode == "maskctc":

@@ -1,7 +1,7 @@
 """The package's searches in numpy, for the exported recognizer (onnxruntime, no PyTorch).
 
-- `ctc_greedy`, `ctc_prefix_beam_search`: the twins of `decode/ctc_prefix.py`'s (best path; frame-synchronous
-  prefix beam search, vectorized over beams × tokens).
+- `ctc_prefix_beam_search`: the twin of `decode/ctc_prefix.py`'s (frame-synchronous prefix beam search, vectorized
+  over beams × tokens); greedy CTC in numpy is `decode/maskctc.py: greedy_with_confidence`, which Mask-CTC shares.
 - `beam_search`: attention and joint CTC/attention beam search, the twin of `decode/beam.py` (its module docstring
   gives the algorithm; the steps here carry the same names), with `PrefixScorer`, the twin of
   `decode/ctc_prefix.py: CTCPrefixScorer`; one utterance at a time, the rows of a step being its `beam` hypotheses.
@@ -41,14 +41,6 @@ Search = Generator[tuple[np.ndarray, np.ndarray], np.ndarray, list[Hypothesis]]
 
 
 # ------------------------------------------------------------------------------------------ CTC searches
-
-
-def ctc_greedy(log_probs: np.ndarray, length: int) -> Hypothesis:
-    """Best path of one utterance: log_probs (T, V) → tokens (repeats merged, blanks dropped), log P(path)."""
-    best = log_probs[:length].argmax(-1)
-    score = float(log_probs[np.arange(length), best].sum())
-    tokens = [int(t) for i, t in enumerate(best) if t != BLANK and (i == 0 or t != best[i - 1])]
-    return Hypothesis(tokens, score, {"ctc": score})
 
 
 _HASH_MUL = 1_000_003  # prefix hash h·c = h·_HASH_MUL + c + 1 (int64, wrapping), as decode/ctc_prefix.py
