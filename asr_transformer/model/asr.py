@@ -36,6 +36,11 @@ def token_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return ((logits.argmax(-1) == targets) & valid).sum() / valid.sum().clamp(min=1)
 
 
+def _after_sos(tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The decoder's input in training: tokens (B, L) with `valid` (B, L) → `<sos> y1 … yn` (B, L+1), PAD-padded."""
+    return torch.cat([tokens.new_full((tokens.size(0), 1), SOS), tokens.masked_fill(~valid, PAD)], 1)
+
+
 class NoCTCError(UserError, ValueError):
     """A decoding mode that needs the CTC head, asked of a model without one."""
 
@@ -229,8 +234,7 @@ class ASRModel(nn.Module):
         """Decoder reads `<sos> y1 … yn`, predicts `y1 … yn <eos>`. → logits (B, L+1, V), targets (B, L+1)."""
         B, L = tokens.shape
         valid = lengths_to_mask(token_lens, L)
-        sos = tokens.new_full((B, 1), SOS)
-        ys_in = torch.cat([sos, tokens.masked_fill(~valid, PAD)], 1)
+        ys_in = _after_sos(tokens, valid)
         ys_out = torch.cat([tokens.masked_fill(~valid, IGNORE_ID), tokens.new_full((B, 1), IGNORE_ID)], 1)
         ys_out = ys_out.scatter(1, token_lens.unsqueeze(1), EOS)
         in_lens = token_lens + 1
@@ -251,7 +255,6 @@ class ASRModel(nn.Module):
         count = (torch.rand(B, device=tokens.device) * token_lens).long() + 1  # (B,) in 1 … n
         rank = torch.rand(B, L, device=tokens.device).masked_fill(~valid, 2.0).argsort(1).argsort(1)
         masked = (rank < count.unsqueeze(1)) & valid
-        sos = tokens.new_full((B, 1), SOS)
-        ys_in = torch.cat([sos, tokens.masked_fill(~valid, PAD).masked_fill(masked, MASK)], 1)
+        ys_in = _after_sos(tokens.masked_fill(masked, MASK), valid)
         ys_out = torch.cat([tokens.masked_fill(~masked, IGNORE_ID), tokens.new_full((B, 1), IGNORE_ID)], 1)
         return self.decoder(enc, enc_mask, ys_in, token_lens + 1, causal=False), ys_out
