@@ -64,6 +64,10 @@ class DataConfig:
     num_workers: int = 0
     bucket_width: float = 0.1  # random jitter of lengths when bucketing (varies batches per epoch)
     cache_audio: bool = False  # keep features in memory (small corpora: saves decoding and fbank every epoch)
+    # training from a shard list (`asr shard`): each reader's utterances pass a shuffle buffer of this many, then
+    # go to one of `buckets` duration buckets (bounds at the training set's duration quantiles) that give batches
+    shuffle_buffer: int = 1000
+    buckets: int = 10
 
 
 @dataclass

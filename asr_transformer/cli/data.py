@@ -1,4 +1,4 @@
-"""`asr prepare …` and the commands that reshape manifests: combine, resample, join, export-kaldi."""
+"""`asr prepare …` and the commands that reshape manifests: combine, shard, resample, join, export-kaldi."""
 
 from __future__ import annotations
 
@@ -148,6 +148,25 @@ def prepare_general_english(
     echo_summary(general_english.prepare(out, downloads))
 
 
+@prepare_app.command("lhotse")
+def prepare_lhotse(
+    train: Path = typer.Option(..., exists=True, dir_okay=False, help="Lhotse CutSet of the training set "
+                               "(.jsonl or .jsonl.gz, as `lhotse prepare …` writes)."),
+    dev: Path = typer.Option(..., exists=True, dir_okay=False, help="Lhotse CutSet of the dev set."),
+    test: Optional[Path] = typer.Option(None, exists=True, dir_okay=False, help="Lhotse CutSet of the test set."),
+    out: Path = OUT,
+    force: bool = FORCE,
+):
+    """Lhotse cut manifests (any of Lhotse's corpus recipes) as train/dev/test.jsonl: each MonoCut one utterance
+    (its recording's file, start and duration, its supervisions' text and speaker)."""
+    _check_out(out, force)
+    from asr_transformer.data.corpora.common import write_splits
+    from asr_transformer.data.lhotse_cuts import read_cuts
+
+    splits = {name: read_cuts(cuts) for name, cuts in (("train", train), ("dev", dev), ("test", test)) if cuts}
+    echo_summary(write_splits(out, splits, corpus="lhotse", source=train.parent))
+
+
 @prepare_app.command("synthetic")
 def prepare_synthetic(
     out: Path = OUT,
@@ -194,17 +213,46 @@ def prepare_synthetic(
 def combine(
     out: Path = typer.Argument(..., help="Manifest to write."),
     manifests: List[Path] = typer.Argument(..., help="Manifests to concatenate (JSONL, or NeMo's)."),
-    fmt: str = typer.Option("jsonl", "--format", help="What to write: jsonl (this toolkit's manifest) or nemo "
-                            "(NeMo's: audio_filepath, duration, text, offset, speaker, and id)."),
+    fmt: str = typer.Option("jsonl", "--format", help="What to write: jsonl (this toolkit's manifest), nemo "
+                            "(NeMo's: audio_filepath, duration, text, offset, speaker, and id) or lhotse (a Lhotse "
+                            "CutSet; gzipped when OUT ends in .gz)."),
 ):
     """Concatenate manifests into one (utterance ids must be unique), e.g. a corpus plus synthetic speech; with one
     input, convert it: `asr combine out.json in.jsonl --format nemo`. NeMo manifests are read as they are."""
-    from asr_transformer.data.manifest import FORMATS, combine_manifests
+    from asr_transformer.data.lhotse_cuts import write_cuts
+    from asr_transformer.data.manifest import FORMATS, combine_manifests, read_manifests
 
-    if fmt not in FORMATS:
-        fail(f"--format {fmt}: choose from {', '.join(FORMATS)}")
-    n = combine_manifests(manifests, out, fmt)
+    if fmt not in FORMATS + ("lhotse",):
+        fail(f"--format {fmt}: choose from {', '.join(FORMATS + ('lhotse',))}")
+    n = write_cuts(out, read_manifests(manifests)) if fmt == "lhotse" else combine_manifests(manifests, out, fmt)
     typer.echo(f"wrote {out}: {n} utterances from {len(manifests)} manifests")
+
+
+@app.command()
+def shard(
+    manifest: Path = typer.Argument(..., help="A manifest (JSONL, or NeMo's) to write as shards."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the tar shards and their list, shards.jsonl."),
+    per_shard: int = typer.Option(1000, min=1, help="Utterances per shard."),
+    shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle the utterances before dealing them "
+                                 "into shards, so that each shard mixes speakers (training also shuffles the shards "
+                                 "and, within a buffer, the utterances)."),
+    seed: int = typer.Option(0, help="Seed of --shuffle."),
+):
+    """Write a manifest's utterances into tar shards (WebDataset's layout: KEY.json and the audio file KEY.wav,
+    KEY.flac, …) and OUT/shards.jsonl, the shard list `asr train --train-manifest` reads. Shards may then move to
+    other disks or servers: a list line's "shard" may be a path, an http(s) URL or `pipe:COMMAND`."""
+    import random
+
+    from asr_transformer.data.manifest import read_manifest, total_hours
+    from asr_transformer.data.shards import write_shards
+    from asr_transformer.progress import track
+
+    utterances = read_manifest(manifest)
+    if shuffle:
+        random.Random(seed).shuffle(utterances)
+    path = write_shards(utterances, out, per_shard, progress=lambda groups: track(groups, "shards"))
+    shards = -(-len(utterances) // per_shard)
+    typer.echo(f"wrote {path}: {len(utterances)} utterances ({total_hours(utterances):.2f} h) in {shards} shards")
 
 
 @app.command()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
-from asr_transformer.data.audio import AudioError, load_utterance
+from asr_transformer.data.audio import AudioError, load_audio, load_utterance
 from asr_transformer.data.features import (add_noise, fbank, num_frames, random_equalizer, spec_augment, speaker_means,
                                            speed_perturb)
 from asr_transformer.data.manifest import Utterance
@@ -195,6 +195,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
         self.dither = features.dither if augment is not None else 0.0
         self.noise_prob = augment.noise_prob if augment is not None else 0.0
         self.cache: dict[tuple[int, float, float], torch.Tensor] | None = {} if cache_audio else None
+        self.held: dict[int, bytes] = {}  # audio files' bytes read from shards, by utterance (`item_from_bytes`)
         if self.noise_prob > 0:
             snr = augment.noise_snr
             if not (self.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
@@ -215,7 +216,11 @@ class UtteranceDataset(torch.utils.data.Dataset):
         key = (index, 0.0, 0.0)  # factor 0: the waveform itself
         if self.cache is not None and key in self.cache:
             return self.cache[key]
-        wave = torch.from_numpy(load_utterance(self.utterances[index], self.features.sample_rate))
+        if index in self.held:
+            samples = load_audio(self.held[index], sample_rate=self.features.sample_rate, allow_silent=True)
+        else:
+            samples = load_utterance(self.utterances[index], self.features.sample_rate)
+        wave = torch.from_numpy(samples)
         if self.cache is not None and (self.dither > 0 or self.noise_prob > 0):
             self.cache[key] = wave
         return wave
@@ -263,6 +268,17 @@ class UtteranceDataset(torch.utils.data.Dataset):
             return self._item(index, epoch)
         except AudioError as e:
             return Unreadable(self.utterances[index].id, str(e))
+
+    def item_from_bytes(self, index: int, epoch: int, data: bytes):
+        """`self[(index, epoch)]` with the utterance's audio read from `data` (its file's bytes, from a shard)."""
+        self.held[index] = data
+        try:
+            item = self[(index, epoch)]
+        finally:
+            del self.held[index]
+        if isinstance(item, Unreadable):  # the error names the shard's member, not "<bytes>"
+            item.message = item.message.replace("<bytes>", self.utterances[index].audio, 1)
+        return item
 
     def _item(self, index: int, epoch: int):
         mean = None if self.speaker_mean is None else self.speaker_mean[index]
@@ -316,6 +332,8 @@ class FrameBatchSampler(torch.utils.data.Sampler):
     rank takes every ``world``-th batch (the tail that cannot be shared evenly is dropped). ``start``
     skips batches already done in this epoch (resume).
     """
+
+    readers = 1  # its batches do not depend on the loader's worker count (a shard sampler's do)
 
     def __init__(self, frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
                  shuffle: bool = True, jitter: float = 0.1, rank: int = 0, world: int = 1,
@@ -385,7 +403,7 @@ def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_worke
     # run (which creates one mid-epoch) would see different dropout masks than an uninterrupted one.
     return SkippingLoader(torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
-        worker_init_fn=_single_thread if num_workers else None, persistent_workers=False,
+        worker_init_fn=single_thread_worker if num_workers else None, persistent_workers=False,
         generator=torch.Generator(), pin_memory=pin_memory,
     ), placeholders)
 
@@ -420,7 +438,7 @@ class SkippingLoader:
                   file=sys.stderr, flush=True)
 
 
-def _single_thread(_worker_id: int) -> None:
+def single_thread_worker(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 

@@ -229,8 +229,8 @@ def _audio_problem(utt: Utterance, header) -> str:
 
 
 def write_manifest(path: str | os.PathLike, utterances: Iterable[Utterance], fmt: str = "jsonl") -> int:
-    """Write utterances atomically, as this toolkit's manifest (fmt "jsonl") or NeMo's ("nemo");
-    returns how many were written."""
+    """Write utterances atomically, as this toolkit's manifest (fmt "jsonl") or NeMo's ("nemo") (Lhotse's cuts:
+    `lhotse_cuts.write_cuts`); returns how many were written."""
     if fmt not in FORMATS:
         raise ManifestError(f"{path}: unknown manifest format '{fmt}'; choose from {', '.join(FORMATS)}")
     n = 0
@@ -246,8 +246,12 @@ def write_manifest(path: str | os.PathLike, utterances: Iterable[Utterance], fmt
 
 def combine_manifests(inputs: list[str | os.PathLike], out: str | os.PathLike, fmt: str = "jsonl") -> int:
     """Concatenate manifests into `out` (atomically, in format `fmt`: see `write_manifest`), as Kaldi's
-    combine_data.sh: e.g. a corpus plus synthetic speech for training; one input converts it. An utterance id
-    found twice is an error naming both files. Returns the count."""
+    combine_data.sh: e.g. a corpus plus synthetic speech for training; one input converts it. Returns the count."""
+    return write_manifest(out, read_manifests(inputs), fmt)
+
+
+def read_manifests(inputs: list[str | os.PathLike]) -> list[Utterance]:
+    """The utterances of several manifests, in order; an utterance id found twice is an error naming both files."""
     seen: dict[str, str] = {}
     combined: list[Utterance] = []
     for path in inputs:
@@ -256,7 +260,7 @@ def combine_manifests(inputs: list[str | os.PathLike], out: str | os.PathLike, f
                 raise ManifestError(f"{path}: utterance '{utt.id}' is also in {seen[utt.id]}")
             seen[utt.id] = str(path)
             combined.append(utt)
-    return write_manifest(out, combined, fmt)
+    return combined
 
 
 def total_hours(utterances: Iterable[Utterance]) -> float:

@@ -35,6 +35,8 @@ from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, fi
 from asr_transformer.checkpoint_io import CheckpointError, load_checkpoint, remove_checkpoint, save_checkpoint
 from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
+from asr_transformer.data.shard_loader import shard_loader
+from asr_transformer.data.shards import is_shard_list, read_shard_list, shard_utterances
 from asr_transformer.data.tokenizer import Tokenizer, load_tokenizer, model_options
 from asr_transformer.device import DeviceError, autocast, autocast_dtype, pick_device
 from asr_transformer.threads import cpu_threads
@@ -68,21 +70,33 @@ class Progress:
     norm_count: int = 0  # ... their count ...
     clipped: int = 0  # ... and how many exceeded train.clip_grad
     planned: int = 0  # epochs the schedule plans for when train.max_minutes is set (0 = train.max_epochs)
+    processes: int = 1  # the processes (and, from shards, loader readers per process) the epoch's batches were
+    readers: int = 1  # planned for: a run stopped inside an epoch resumes only with the same
     history: list = field(default_factory=list)  # epoch metrics
 
 
 def compute_cmvn(manifest, out, features=None) -> int:
-    """Global CMVN over `manifest` in one streaming pass; writes `out`, returns the frame count. An utterance
-    whose audio cannot be read is left out with a warning, as training leaves it out."""
+    """Global CMVN over `manifest` (or a shard list, read in sequence) in one streaming pass; writes `out`, returns
+    the frame count. An utterance whose audio cannot be read is left out with a warning, as training leaves it out."""
     from asr_transformer.config import FeatureConfig
-    from asr_transformer.data.audio import AudioError
+    from asr_transformer.data.audio import AudioError, load_audio
     from asr_transformer.data.loader import warn_unreadable
+    from asr_transformer.data.shards import shard_audio
 
     features = features or FeatureConfig()
     acc = CMVNAccumulator(features.num_mel_bins)
-    for utt in track(read_manifest(manifest), "CMVN statistics"):
+    if is_shard_list(manifest):
+        shards = read_shard_list(manifest)
+        total = len(shard_utterances(shards))
+        audio = ((utt, lambda data=data: load_audio(data, sample_rate=features.sample_rate, allow_silent=True))
+                 for utt, data in shard_audio(shards))
+    else:
+        utterances = read_manifest(manifest)
+        total = len(utterances)
+        audio = ((utt, lambda utt=utt: load_utterance(utt, features.sample_rate)) for utt in utterances)
+    for utt, read in track(audio, "CMVN statistics", total):
         try:
-            wave = load_utterance(utt, features.sample_rate)
+            wave = read()
         except AudioError as e:
             warn_unreadable(utt.id, str(e))
             continue
@@ -125,6 +139,8 @@ class _Distributed:
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         if self.world > 1 and not torch.distributed.is_initialized():
             torch.distributed.init_process_group(self.backend)
+        # stop flags go through gloo on the CPU: agreeing on them never waits for a GPU
+        self.flags = torch.distributed.new_group(backend="gloo") if self.world > 1 and self.backend != "gloo" else None
 
     @property
     def main(self) -> bool:
@@ -143,9 +159,21 @@ class _Distributed:
         torch.distributed.broadcast(shared, src=0)
         return shared.tolist()
 
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` is true on any rank (every rank gets the same answer)."""
+        if self.world == 1:
+            return flag
+        shared = torch.tensor([int(flag)])
+        torch.distributed.all_reduce(shared, op=torch.distributed.ReduceOp.MAX, group=self.flags)
+        return bool(shared.item())
+
     def close(self) -> None:
         if self.world > 1 and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def _layout(processes: int, readers: int) -> str:
+    return f"{processes} process(es)" + (f" of {readers} shard readers (data.num_workers)" if readers > 1 else "")
 
 
 def _check_precision(precision: str, dev: torch.device) -> None:
@@ -349,6 +377,7 @@ def _setup(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
     _restore(run)
     if dist.main:
         _agree_log(run.log_path, run.state.history)
+    run.state.processes, run.state.readers = dist.world, run.sampler.readers
     run.ddp = run.model
     if dist.world > 1:
         run.ddp = torch.nn.parallel.DistributedDataParallel(
@@ -399,9 +428,14 @@ def _load_data(run: _Run, train_manifest, dev_manifest) -> None:
     """The filtered training and dev utterances, their batch samplers and loaders (into `run`)."""
     cfg, say, tokenizer, seed = run.cfg, run.say, run.tokenizer, run.cfg.train.seed
     subsampling = cfg.model.subsampling
-    train_utts, train_ids, counts = filter_utterances(read_manifest(train_manifest), tokenizer, cfg.data, cfg.features,
-                                                      subsampling, cfg.augment.speed_factors)
-    say(f"train: {counts.summary()}")
+    shards = read_shard_list(train_manifest) if is_shard_list(train_manifest) else None
+    train_utts, train_ids, counts = filter_utterances(
+        shard_utterances(shards) if shards else read_manifest(train_manifest), tokenizer, cfg.data, cfg.features,
+        subsampling, cfg.augment.speed_factors)
+    say(f"train: {counts.summary()}" + (f" (from {len(shards)} shards)" if shards else ""))
+    if shards and cfg.model.speaker_cmn:
+        raise TrainError("model.speaker_cmn reads all of a speaker's audio before training: train it from a manifest, "
+                         "not a shard list")
     dev_utts, dev_ids, dev_counts = filter_utterances(read_manifest(dev_manifest), tokenizer, cfg.data, cfg.features,
                                                       subsampling)
     say(f"dev:   {dev_counts.summary()}")
@@ -410,9 +444,6 @@ def _load_data(run: _Run, train_manifest, dev_manifest) -> None:
     if run.dist.main:  # what the model learns from, for the package's `asr info` (package.average_checkpoints)
         write_json(run.exp / DATA_SUMMARY, {"train": _data_summary(train_manifest, train_utts),
                                              "dev": _data_summary(dev_manifest, dev_utts)})
-    run.sampler = FrameBatchSampler(utterance_frames(train_utts, cfg.features), cfg.data.max_frames,
-                                    cfg.data.max_batch, seed=seed, jitter=cfg.data.bucket_width, rank=run.dist.rank,
-                                    world=run.dist.world, factors=cfg.augment.speed_factors)
     train_set = UtteranceDataset(train_utts, train_ids, tokenizer, cfg.features, cfg.augment, seed=seed,
                                  cache_audio=cfg.data.cache_audio, speaker_cmn=cfg.model.speaker_cmn)
     if cfg.model.speaker_cmn:
@@ -421,7 +452,24 @@ def _load_data(run: _Run, train_manifest, dev_manifest) -> None:
         say(f"speaker CMN: each of {len(speakers)} training speakers' mean"
             + (f"; {unlabelled} utterances without a speaker label use their own" if unlabelled else ""))
     pin = run.dev.type == "cuda"
-    run.train_loader = make_loader(train_set, run.sampler, cfg.data.num_workers, placeholders=True, pin_memory=pin)
+    dist = run.dist
+    if shards:
+        try:
+            run.sampler, run.train_loader = shard_loader(shards, train_utts, train_set, cfg.data, seed, dist.rank,
+                                                         dist.world, cfg.augment.speed_factors, pin)
+        except ValueError as e:
+            raise TrainError(str(e)) from None
+    else:
+        run.sampler = FrameBatchSampler(utterance_frames(train_utts, cfg.features), cfg.data.max_frames,
+                                        cfg.data.max_batch, seed=seed, jitter=cfg.data.bucket_width, rank=dist.rank,
+                                        world=dist.world, factors=cfg.augment.speed_factors)
+        run.train_loader = make_loader(train_set, run.sampler, cfg.data.num_workers, placeholders=True,
+                                       pin_memory=pin)
+    if not run.sampler.batches(0):
+        raise TrainError(f"no training batch for each of {dist.world} processes"
+                         + (f": {len(shards)} shards for {dist.world * max(1, cfg.data.num_workers)} readers "
+                            f"(processes × data.num_workers); write smaller shards (`asr shard --per-shard`)"
+                            if shards else ""))
     dev_sampler = FrameBatchSampler(utterance_frames(dev_utts, cfg.features), cfg.data.max_frames, cfg.data.max_batch,
                                     shuffle=False)
     dev_set = UtteranceDataset(dev_utts, dev_ids, tokenizer, cfg.features, cache_audio=cfg.data.cache_audio,
@@ -477,6 +525,11 @@ def _build_model(run: _Run, mean, std) -> None:
     run.scaler = torch.amp.GradScaler(dev.type, enabled=run.precision == "fp16")
     run.steps_per_epoch = max(1, math.ceil(len(run.sampler.batches(0)) / tc.accum_grad))
     run.warmup = warmup_steps(tc.warmup_steps, tc.warmup_epochs, run.steps_per_epoch)
+    seconds = cfg.data.max_frames * cfg.features.frame_shift_ms / 1000
+    run.say(f"batches of ≤ {cfg.data.max_frames} frames ({seconds:.0f} s of audio, padding included) per process; "
+            f"{run.dist.world} process(es) × train.accum_grad={tc.accum_grad}: ≤ "
+            f"{seconds * run.dist.world * tc.accum_grad:.0f} s per optimizer step, {run.steps_per_epoch} steps per "
+            f"epoch, warmup {run.warmup} steps, peak lr {tc.lr:g}")
     try:
         learning_rate(tc.schedule, 1, tc.lr, run.warmup, run.steps_per_epoch * tc.max_epochs)
     except ValueError as e:
@@ -495,6 +548,11 @@ def _restore(run: _Run) -> None:
         run.optimizer.load_state_dict(saved["optimizer"])
         run.scaler.load_state_dict(saved["scaler"])
         run.state = state = Progress(**saved["progress"])
+        readers = run.sampler.readers
+        if state.batch and (state.processes, state.readers) != (run.dist.world, readers):
+            raise TrainError(f"{run.last} stopped inside epoch {state.epoch + 1}, whose batches were planned for "
+                             f"{_layout(state.processes, state.readers)}; resume it with the same (this run has "
+                             f"{_layout(run.dist.world, readers)})")
         _set_rng_state(saved["rng"])
         if run.running():
             say(f"resuming {run.exp} at epoch {state.epoch + 1} of {run.epochs()}"
@@ -645,6 +703,8 @@ def _save_or_stop(run: _Run, epoch: _Epoch) -> bool:
     due = (time.monotonic() - run.last_save) >= run.cfg.train.checkpoint_minutes * 60
     interrupted = run.stop_signal is not None or (
         run.stop_after_batches is not None and run.batches_run >= run.stop_after_batches)
+    if at_boundary:  # a signal may reach the ranks at different batches: all stop at the first rank's
+        interrupted = run.dist.any(interrupted)
     if at_boundary and (due or interrupted) and state.batch < epoch.n_batches:
         _flush(run, epoch)
         state.elapsed = epoch.elapsed_before + time.monotonic() - epoch.started
