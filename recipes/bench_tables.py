@@ -74,6 +74,7 @@ def benchmarks_section(bench: Path) -> str:
                              f"{on['per_audio_second']['ctc_terms']:,.0f} |")
     lines += hotwords_table([_load(path) for path in sorted(bench.glob("hotwords_*.json"))])
     lines += gpu_table(_load(bench / "gpu_check.json"))
+    lines += loader_table(_load(bench / "loader.json"), _load(bench / "train_speed.json"), _load(bench / "gpu_check.json"))
     lines += serve_table([_load(path) for path in sorted(bench.glob("serve*.json"))])
     lines += export_table([_load(path) for path in sorted(bench.glob("inference_*.json"))])
     lines += whisper_memory_table(_load(bench / "whisper_memory.json"))
@@ -262,4 +263,35 @@ def gpu_table(check: dict | None) -> list[str]:
         lines.append(f"| `asr train` on {check['trainer'].get('corpus_hours', '?')} h of WAVs (epoch {train.get('epochs')}) | "
                      f"{ratio['precision']} | {ratio['trainer_audio_s_per_s']:,.0f} | - | - | - |")
         lines += ["", f"The real trainer runs at {ratio['ratio']:.2f} × the in-memory step's speed."]
+    return lines
+
+
+def loader_table(run: dict | None, speed: dict | None, gpu: dict | None) -> list[str]:
+    """The training loader's audio seconds per second per core, from files and shards (bench/loader.py), beside what
+    a training step consumes (bench/train_speed.py on this CPU; bench/gpu_check.py on a GPU when it ran), and the
+    loader cores that takes (arithmetic)."""
+    if not run:
+        return []
+    lines = ["", "### Training data loader", "",
+             f"`{run['command']}`: {run['utterances']:,} utterances ({run['hours']} h) read as `asr train` reads them "
+             f"with `{run['config']}` (speed factors {run['speed_factors']}, log-mel, SpecAugment), from files and "
+             f"from {run['shards']} tar shards of {run['per_shard']} (written by `asr shard` in "
+             f"{run['shard_write_s']} s); {short_cpu_name(run['cpu'])}, {run['cpus']} cores.", "",
+             "| source | loader workers | cores used | audio s/s | audio s/s per core |", "|---|---|---|---|---|"]
+    for row in run["rows"]:
+        lines.append(f"| {row['source']} | {row['workers']} | {row['cores']} | {row['audio_s_per_s']:,.0f} | "
+                     f"{row['audio_s_per_s_per_core']:,.0f} |")
+    worker_rows = [r for r in run["rows"] if r["source"] == "shards" and r["workers"] > 0] or run["rows"]
+    per_core = min(r["audio_s_per_s_per_core"] for r in worker_rows)
+    steps = [(f"{r['shape']} {r['precision']}, this CPU ({r['threads']} threads)", r["audio_s_per_s"])
+             for r in (speed or {}).get("results", []) if "audio_s_per_s" in r and r["shape"] in ("small", "ref10m")]
+    steps += [(f"{gpu['environment']['gpu']} {r['precision']}", r["audio_s_per_s"])
+              for r in (gpu or {}).get("training", []) if "audio_s_per_s" in r and "gpu" in gpu.get("environment", {})]
+    lines += ["", f"Loader cores a training step needs (arithmetic, not measured: the step's audio s/s over the "
+                  f"loader's slowest per-core rate from shards with workers, {per_core:,.0f}); the step's figure is "
+                  "bench/train_speed.py's (in-memory batches)" + (" and bench/gpu_check.py's" if gpu else "") + ":", "",
+              "| training step | audio s/s | loader cores |", "|---|---|---|"]
+    lines += [f"| {name} | {rate:,.0f} | {rate / per_core:.2f} |" for name, rate in steps]
+    lines += [f"| a GPU step of {rate:,} audio s/s (example) | {rate:,} | {rate / per_core:.1f} |"
+              for rate in (2_000, 10_000, 50_000)]
     return lines
