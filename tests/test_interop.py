@@ -265,7 +265,7 @@ def test_a_bad_nemo_line_names_file_line_and_field(tmp_path, record, field):
 def test_combine_refuses_an_unknown_format(tmp_path):
     write_manifest(tmp_path / "in.jsonl", [Utterance("a", "/a.wav", 1.0, "t")])
     code, output = cli("combine", tmp_path / "out.json", tmp_path / "in.jsonl", "--format", "csv")
-    assert code == 1 and output.strip() == "error: --format csv: choose from jsonl, nemo"
+    assert code == 1 and output.strip() == "error: --format csv: choose from jsonl, nemo, lhotse"
     assert not (tmp_path / "out.json").exists()
 
 

@@ -161,14 +161,14 @@ def test_duration_buckets_batch_utterances_of_similar_length(tone_corpus, shards
         _sampler(tone_corpus, shards, buckets=1, buffer=40)) + 0.05
 
 
-def _loader(tone_corpus, shards, workers: int, rank: int = 0, world: int = 1):
+def _loader(tone_corpus, shards, workers: int, augment: bool = True):
     cfg = load_config(None, TINY + [f"data.num_workers={workers}"])
     listed = read_shard_list(shards)
     utts = shard_utterances(listed)
     tokenizer = load_tokenizer(tone_corpus / "tokenizer")
-    dataset = UtteranceDataset(utts, [tokenizer.encode(u.text) for u in utts], tokenizer, cfg.features, cfg.augment,
-                               seed=cfg.train.seed)
-    return shard_loader(listed, utts, dataset, cfg.data, cfg.train.seed, rank, world, (1.0,), False)
+    dataset = UtteranceDataset(utts, [tokenizer.encode(u.text) for u in utts], tokenizer, cfg.features,
+                               cfg.augment if augment else None, seed=cfg.train.seed)
+    return shard_loader(listed, utts, dataset, cfg.data, cfg.train.seed, 0, 1, (1.0,), False)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -183,15 +183,28 @@ def test_the_loader_gives_the_planned_batches_in_order_from_any_batch(tone_corpu
 
 
 def test_a_batch_holds_the_features_of_its_utterances_audio(tone_corpus, shards):
-    sampler, loader = _loader(tone_corpus, shards, 0)
-    cfg = load_config(None, TINY)
-    batch = next(iter(loader))
     from asr_transformer.data.features import fbank
 
+    _, loader = _loader(tone_corpus, shards, 0, augment=False)
+    batch = next(iter(loader))
     by_id = {u.id: u for u in read_manifest(tone_corpus / "train.jsonl")}
-    utt = by_id[batch.ids[0]]
-    expected = fbank(torch.from_numpy(load_utterance(utt, 16000)), cfg.features)
-    assert batch.feat_lens[0] == len(expected)
+    for n, utt_id in enumerate(batch.ids):
+        expected = fbank(torch.from_numpy(load_utterance(by_id[utt_id], 16000)), FeatureConfig())
+        assert batch.feat_lens[n] == len(expected)
+        torch.testing.assert_close(batch.feats[n, :len(expected)], expected)
+
+
+def test_a_shard_that_cannot_be_read_leaves_out_its_utterances_and_the_epoch_goes_on(tone_corpus, shards, tmp_path,
+                                                                                     capsys):
+    lines = shards.read_text().splitlines()
+    broken = json.loads(lines[3])
+    lines[3] = json.dumps({**broken, "shard": str(tmp_path / "gone.tar")})
+    (tmp_path / "shards.jsonl").write_text("\n".join(lines).replace('"shard-', f'"{shards.parent}/shard-') + "\n")
+    _, loader = _loader(tone_corpus, tmp_path / "shards.jsonl", 0)
+    read = [utt_id for batch in loader for utt_id in batch.ids]
+    lost = {u["id"] for u in broken["utterances"]}
+    assert len(read) == 35 and not lost & set(read) and loader.skipped == 5
+    assert "gone.tar: cannot open the shard" in capsys.readouterr().err
 
 
 def _train(tone_corpus, shards, exp, overrides=(), **kwargs):
@@ -238,11 +251,18 @@ def _torchrun(launch: list[str], data: Path, shards: Path, exp: Path) -> list[st
 STARTED: list[subprocess.Popen] = []
 
 
-def _start(cmd):
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+def _start(cmd, log: Path):
+    """Start `cmd` in its own session, its output into `log`."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc.log = log
     STARTED.append(proc)
     return proc
+
+
+def _output(procs) -> str:
+    return "\n".join(f"--- {p.log.name}:\n" + p.log.read_text()[-2500:] for p in procs)
 
 
 @pytest.fixture
@@ -262,7 +282,7 @@ def _wait_for_step(exp: Path, step: int, procs, timeout: float = 240.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(p.poll() is not None for p in procs):
-            raise AssertionError("a training process ended early: " + "".join(p.stderr.read()[-2000:] for p in procs))
+            raise AssertionError("a training process ended early:\n" + _output(procs))
         if last.exists():
             progress = load_checkpoint(last)["progress"]
             if progress["step"] >= step:
@@ -286,19 +306,18 @@ def test_killed_ranks_resume_to_the_weights_of_an_uninterrupted_run(tone_corpus,
     assert full.returncode == 0, full.stderr[-3000:]
     reference = _weights(tmp_path / "full/checkpoints/last.pt")
 
-    killed = _start(_torchrun(one_node, tone_corpus, shards, tmp_path / "killed"))
+    killed = _start(_torchrun(one_node, tone_corpus, shards, tmp_path / "killed"), tmp_path / "killed.log")
     _wait_for_step(tmp_path / "killed", 3, [killed])
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
 
     nodes = [_torchrun(["--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29533",
                         "--rdzv_id=shards"], tone_corpus, shards, tmp_path / "nodes")] * 2
-    agents = [_start(cmd) for cmd in nodes]
+    agents = [_start(cmd, tmp_path / f"node{n}.log") for n, cmd in enumerate(nodes)]
     progress = _wait_for_step(tmp_path / "nodes", 2, agents)
     worker = _children(agents[1].pid)[0]  # one process of one node: the other rank must stop with it
     os.kill(worker, signal.SIGTERM)
-    for agent in agents:
-        assert agent.wait(timeout=120) == 0, agent.stderr.read()[-3000:]
+    assert [agent.wait(timeout=120) for agent in agents] == [0, 0], _output(agents)
     stopped = load_checkpoint(tmp_path / "nodes/checkpoints/last.pt")["progress"]
     assert stopped["step"] >= progress["step"] and (stopped["epoch"], stopped["batch"]) != (2, 0)
 
@@ -308,9 +327,8 @@ def test_killed_ranks_resume_to_the_weights_of_an_uninterrupted_run(tone_corpus,
                                     text=True, timeout=400, env={**os.environ, "OMP_NUM_THREADS": "1"})
             assert result.returncode == 0, result.stderr[-3000:]
         else:
-            agents = [_start(cmd) for cmd in nodes]
-            for agent in agents:
-                assert agent.wait(timeout=400) == 0, agent.stderr.read()[-3000:]
+            agents = [_start(cmd, tmp_path / f"resume{n}.log") for n, cmd in enumerate(nodes)]
+            assert [agent.wait(timeout=400) for agent in agents] == [0, 0], _output(agents)
         resumed = _weights(tmp_path / exp / "checkpoints/last.pt")
         for name in reference:
             torch.testing.assert_close(resumed[name], reference[name], atol=1e-6, rtol=1e-5, msg=f"{exp}: {name}")

@@ -27,7 +27,7 @@ import torch
 
 from asr_transformer.data.loader import (FRAME_MULTIPLE, Unreadable, UtteranceDataset, collate, perturbed_frames,
                                          round_up, speed_factor)
-from asr_transformer.data.shards import Shard, read_shard
+from asr_transformer.data.shards import Shard, ShardError, read_shard
 
 
 @dataclass
@@ -194,6 +194,7 @@ class ShardStream(torch.utils.data.IterableDataset):
         pending = iter(batches)
         batch = next(pending, None)
         held: dict[int, bytes] = {}
+        failed: dict[int, str] = {}  # shards that could not be read (all or part): why
         read = 0  # this reader's stream items passed (utterances that filtering kept), as the plan counts them
         for s in self.sampler.reader_shards(epoch, work.reader):
             members = self.sampler.shards[s]
@@ -205,29 +206,34 @@ class ShardStream(torch.utils.data.IterableDataset):
             shard = self.shards[s]
             place = {shard.keys[self.positions[i][1]]: (n, i) for n, i in enumerate(members)}
             wanted = {key for key, (_, i) in place.items() if i in needed}
-            for key, data in read_shard(shard.location, wanted):
-                if key not in place:  # an utterance that filtering left out
-                    continue
-                n, i = place[key]
-                if data is not None:
-                    held[i] = data
-                while batch is not None and batch.ready <= read + n + 1:
-                    yield self._batch(batch, held, epoch)
-                    batch = next(pending, None)
+            try:
+                for key, data in read_shard(shard.location, wanted):
+                    if key not in place:  # an utterance that filtering left out
+                        continue
+                    n, i = place[key]
+                    if data is not None:
+                        held[i] = data
+                    while batch is not None and batch.ready <= read + n + 1:
+                        yield self._batch(batch, held, failed, epoch)
+                        batch = next(pending, None)
+            except ShardError as e:  # a run of days does not stop for one shard: its utterances are left out
+                failed[s] = str(e)
+                print(f"warning: {e}; its utterances not read by then are left out of this epoch", file=sys.stderr,
+                      flush=True)
             read += len(members)
         while batch is not None:
-            yield self._batch(batch, held, epoch)
+            yield self._batch(batch, held, failed, epoch)
             batch = next(pending, None)
 
-    def _batch(self, batch: PlannedBatch, held: dict[int, bytes], epoch: int):
+    def _batch(self, batch: PlannedBatch, held: dict[int, bytes], failed: dict[int, str], epoch: int):
         items = []
         for i in batch.indices:
             data = held.pop(i, None)
             if data is None:
                 shard, member = self.positions[i]
-                location = self.shards[shard].location
-                items.append(Unreadable(self.dataset.utterances[i].id,
-                                        f"{location}: member {self.shards[shard].keys[member]} is not in the shard"))
+                why = failed.get(shard) or (f"{self.shards[shard].location}: member {self.shards[shard].keys[member]} "
+                                            f"is not in the shard")
+                items.append(Unreadable(self.dataset.utterances[i].id, why))
                 continue
             items.append(self.dataset.item_from_bytes(i, epoch, data))
         return collate(items)

@@ -70,8 +70,8 @@ class Progress:
     norm_count: int = 0  # ... their count ...
     clipped: int = 0  # ... and how many exceeded train.clip_grad
     planned: int = 0  # epochs the schedule plans for when train.max_minutes is set (0 = train.max_epochs)
-    processes: int = 1  # the processes (and, from shards, loader readers per process) the epoch's batches were
-    readers: int = 1  # planned for: a run stopped inside an epoch resumes only with the same
+    processes: int = 0  # the processes the current epoch's batches were planned for (0: unknown, an older run) ...
+    readers: int = 0  # ... and, from shards, the loader readers per process: a mid-epoch resume needs the same
     history: list = field(default_factory=list)  # epoch metrics
 
 
@@ -340,7 +340,7 @@ def _train(cfg: Config, train_manifest, dev_manifest, tokenizer_dir, exp: Path, 
             if epoch is None:  # interrupted inside the epoch (last.pt saved)
                 return run.state
             end_epoch(run, epoch)
-            if run.stop_signal is not None:
+            if run.dist.any(run.stop_signal is not None):  # a signal to any rank stops them all here
                 run.say("stopped after the epoch; re-run the same command to resume")
                 return run.state
         if tc.max_minutes > 0 and run.state.epoch < tc.max_epochs:
@@ -549,7 +549,7 @@ def _restore(run: _Run) -> None:
         run.scaler.load_state_dict(saved["scaler"])
         run.state = state = Progress(**saved["progress"])
         readers = run.sampler.readers
-        if state.batch and (state.processes, state.readers) != (run.dist.world, readers):
+        if state.batch and state.processes and (state.processes, state.readers) != (run.dist.world, readers):
             raise TrainError(f"{run.last} stopped inside epoch {state.epoch + 1}, whose batches were planned for "
                              f"{_layout(state.processes, state.readers)}; resume it with the same (this run has "
                              f"{_layout(run.dist.world, readers)})")
