@@ -332,3 +332,31 @@ def test_training_goes_on_past_an_unreadable_utterance(tone_corpus, tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("warning: utterance 'bad' left out:") == 1 and "nan.wav" in err
     assert (tmp_path / "exp" / "cmvn.json").read_text() == (tmp_path / "good_cmvn.json").read_text()
+
+
+def test_silence_around_utterances_is_drawn_per_epoch_and_planned_by_the_sampler(corpus):
+    from asr_transformer.data.loader import margin_frames, silence_frames
+
+    utts, tok = corpus
+    kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
+    aug = AugmentConfig(speed_factors=[0.9, 1.0, 1.1], silence_prob=0.5, silence_seconds=0.3, freq_masks=0,
+                        time_masks=0)
+    margins = margin_frames(aug, FeatureConfig())
+    assert margins == (0.5, 30)
+    draws = [silence_frames(margins, 7, e, i) for e in range(50) for i in range(4)]
+    assert 0.35 < sum(d != (0, 0) for d in draws) / len(draws) < 0.65 and max(max(d) for d in draws) <= 30
+    assert draws == [silence_frames(margins, 7, e, i) for e in range(50) for i in range(4)]  # (seed, epoch, utt)
+    ds = UtteranceDataset(kept, ids, tok, FeatureConfig(), aug, seed=7)
+    sampler = FrameBatchSampler(utterance_frames(kept, FeatureConfig()), 600, 8, seed=7, factors=aug.speed_factors,
+                                margins=margins)
+    clean = UtteranceDataset(kept, ids, tok, FeatureConfig(), None)
+    for epoch in range(6):
+        for i in range(len(kept)):
+            feats = ds[(i, epoch)][1]
+            before, after = silence_frames(margins, 7, epoch, i)
+            assert sampler.epoch_frames(epoch)[i] - 3 <= len(feats) <= sampler.epoch_frames(epoch)[i]
+            if before > 5 and speed_factor(aug.speed_factors, 7, epoch, i) == 1.0:  # quieter than the speech
+                assert len(feats) == len(clean[(i, 0)][1]) + before + after
+                assert feats[:before - 2].mean() < clean[(i, 0)][1].mean() - 3
+    with pytest.raises(ValueError, match="augment.silence_prob must be in"):
+        UtteranceDataset(kept, ids, tok, FeatureConfig(), AugmentConfig(silence_prob=2.0))

@@ -24,8 +24,8 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import AudioError, load_audio, load_utterance
-from asr_transformer.data.features import (add_noise, fbank, num_frames, random_equalizer, spec_augment, speaker_means,
-                                           speed_perturb)
+from asr_transformer.data.features import (add_noise, add_silence, fbank, num_frames, random_equalizer, spec_augment,
+                                           speaker_means, speed_perturb)
 from asr_transformer.data.manifest import Utterance
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.frames import subsampled_length
@@ -55,6 +55,31 @@ def vtlp_warp(warps, seed: int, epoch: int, index: int) -> float:
     """The vocal tract warp of utterance `index` in `epoch`, drawn from `warps` by (seed, epoch, index) alone,
     apart from its speed factor."""
     return _pick(warps, seed, epoch, index, 4)
+
+
+def silence_frames(margins: tuple[float, int], seed: int, epoch: int, index: int) -> tuple[int, int]:
+    """The frames of silence utterance `index` gets before and after its audio in `epoch`: with chance margins[0],
+    each uniform in 0…margins[1] frames (augment.silence_prob, silence_seconds as frames), drawn by (seed, epoch,
+    index) alone; the dataset adds them, and the sampler batches the utterance with them."""
+    chance, most = margins
+    if chance <= 0 or most <= 0:
+        return 0, 0
+    draw = _random(seed, epoch, index, 6)
+    if draw.random() >= chance:
+        return 0, 0
+    return draw.randint(0, most), draw.randint(0, most)
+
+
+def margin_frames(augment: AugmentConfig | None, features: FeatureConfig) -> tuple[float, int]:
+    """(augment.silence_prob, augment.silence_seconds in feature frames): what `silence_frames` draws from."""
+    if augment is None:
+        return 0.0, 0
+    return augment.silence_prob, round(augment.silence_seconds * 1000 / features.frame_shift_ms)
+
+
+def played_frames(frames: int, factor: float, silence: tuple[int, int]) -> int:
+    """Feature frames of an utterance of `frames` frames played `factor`× faster with `silence` frames around it."""
+    return perturbed_frames(frames, factor) + sum(silence)
 
 
 def _pick(values, *key: int):
@@ -196,11 +221,16 @@ class UtteranceDataset(torch.utils.data.Dataset):
         self.noise_prob = augment.noise_prob if augment is not None else 0.0
         self.cache: dict[tuple[int, float, float], torch.Tensor] | None = {} if cache_audio else None
         self.held: dict[int, bytes] = {}  # audio files' bytes read from shards, by utterance (`item_from_bytes`)
+        self.margins = margin_frames(augment, features)  # silence around utterances (`silence_frames`)
+        self.hop = int(features.sample_rate * features.frame_shift_ms / 1000)
         if self.noise_prob > 0:
             snr = augment.noise_snr
             if not (self.noise_prob <= 1.0 and len(snr) == 2 and snr[0] <= snr[1]):
                 raise ValueError(f"augment.noise_prob must be in [0, 1] and augment.noise_snr [low, high] dB, got "
                                  f"{self.noise_prob} and {snr}")
+        if augment is not None and not (0.0 <= augment.silence_prob <= 1.0 and augment.silence_seconds >= 0.0):
+            raise ValueError(f"augment.silence_prob must be in [0, 1] and augment.silence_seconds ≥ 0, got "
+                             f"{augment.silence_prob} and {augment.silence_seconds}")
         if augment is not None and not all(w > 0 for w in augment.vtlp_warps):
             raise ValueError(f"augment.vtlp_warps must be positive factors, got {augment.vtlp_warps}")
         if augment is not None and not (0.0 <= augment.eq_prob <= 1.0 and augment.eq_db >= 0.0):
@@ -226,18 +256,23 @@ class UtteranceDataset(torch.utils.data.Dataset):
         return wave
 
     def feats(self, index: int, factor: float = 1.0, snr: float | None = None,
-              noise_rng: torch.Generator | None = None, warp: float = 1.0) -> torch.Tensor:
-        """Filterbank features (T, F) of utterance `index` played `factor`× faster, with white noise at `snr` dB
-        (drawn from `noise_rng`) when given, through a filterbank warped by `warp` (vocal tract length
-        perturbation); noisy features are new every time, so never cached."""
+              noise_rng: torch.Generator | None = None, warp: float = 1.0, silence: tuple[int, int] = (0, 0),
+              silence_rng: torch.Generator | None = None) -> torch.Tensor:
+        """Filterbank features (T, F) of utterance `index` played `factor`× faster, with `silence` frames of silence
+        before and after it (drawn from `silence_rng`), with white noise at `snr` dB (drawn from `noise_rng`) when
+        given, through a filterbank warped by `warp` (vocal tract length perturbation); features with noise or
+        silence are new every time, so never cached."""
         key = (index, factor, warp)
-        if snr is None and self.cache is not None and key in self.cache:
+        fixed = snr is None and not any(silence)
+        if fixed and self.cache is not None and key in self.cache:
             return self.cache[key]
         wave = speed_perturb(self.waveform(index), factor)
+        if any(silence):
+            wave = add_silence(wave, silence[0] * self.hop, silence[1] * self.hop, silence_rng)
         if snr is not None:
             wave = add_noise(wave, snr, noise_rng)
         feats = fbank(wave, self.features, dither=self.dither, warp=warp)
-        if snr is None and self.cache is not None and self.dither == 0:
+        if fixed and self.cache is not None and self.dither == 0:
             self.cache[key] = feats
         return feats
 
@@ -290,7 +325,8 @@ class UtteranceDataset(torch.utils.data.Dataset):
             warp = vtlp_warp(self.augment.vtlp_warps, self.seed, epoch, index)
             snr = self.noise_snr(epoch, index)
             noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
-            feats = self.feats(index, factor, snr, noise_rng, warp)
+            silence = silence_frames(self.margins, self.seed, epoch, index)
+            feats = self.feats(index, factor, snr, noise_rng, warp, silence, _generator(self.seed, epoch, index, 6))
             if self.augment.eq_prob > 0 and _random(self.seed, epoch, index, 5).random() < self.augment.eq_prob:
                 feats = random_equalizer(feats, self.augment.eq_db, _generator(self.seed, epoch, index, 5))
             if mean is not None and self.augment.own_mean_prob > 0:  # as if transcribed alone: its own mean
@@ -337,22 +373,26 @@ class FrameBatchSampler(torch.utils.data.Sampler):
 
     def __init__(self, frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
                  shuffle: bool = True, jitter: float = 0.1, rank: int = 0, world: int = 1,
-                 factors=(1.0,)):
-        """frames: feature frames of each utterance at its own speed; factors: speed perturbation factors."""
+                 factors=(1.0,), margins: tuple[float, int] = (0.0, 0)):
+        """frames: feature frames of each utterance at its own speed; factors: speed perturbation factors;
+        margins: the silence added around utterances (`margin_frames`)."""
         slowest = min(factors)
-        too_long = [i for i, n in enumerate(frames) if round_up(perturbed_frames(n, slowest), FRAME_MULTIPLE) > max_frames]
+        longest = [round_up(perturbed_frames(n, slowest) + 2 * margins[1], FRAME_MULTIPLE) for n in frames]
+        too_long = [i for i, n in enumerate(longest) if n > max_frames]
         if too_long:
             raise ValueError(f"{len(too_long)} utterances are longer than data.max_frames={max_frames} "
-                             f"frames{' at speed ' + str(slowest) if slowest != 1.0 else ''}; "
+                             f"frames{' at speed ' + str(slowest) if slowest != 1.0 else ''}"
+                             f"{' with silence around them' if margins[1] else ''}; "
                              f"raise data.max_frames or lower data.max_duration")
         self.frames, self.max_frames, self.max_batch, self.factors = frames, max_frames, max_batch, tuple(factors)
+        self.margins = margins
         self.seed, self.shuffle, self.jitter, self.rank, self.world = seed, shuffle, jitter, rank, world
         self.epoch, self.start = 0, 0
         self._planned: tuple[int, list[list[int]]] | None = None  # (epoch, its batches)
 
     def epoch_frames(self, epoch: int) -> list[int]:
-        """Each utterance's frames in `epoch`, at its speed factor."""
-        return [perturbed_frames(n, speed_factor(self.factors, self.seed, epoch, i)) for i, n in enumerate(self.frames)]
+        """Each utterance's frames in `epoch`, at its speed factor, with its silence."""
+        return epoch_frames(self.frames, self.factors, self.margins, self.seed, epoch)
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start
@@ -394,6 +434,12 @@ class FrameBatchSampler(torch.utils.data.Sampler):
     def __iter__(self):
         for batch in self.batches(self.epoch)[self.start:]:
             yield [(i, self.epoch) for i in batch]
+
+
+def epoch_frames(frames: list[int], factors, margins: tuple[float, int], seed: int, epoch: int) -> list[int]:
+    """Each utterance's feature frames as `epoch` plays it: at its speed factor, with its silence margins."""
+    return [played_frames(n, speed_factor(factors, seed, epoch, i), silence_frames(margins, seed, epoch, i))
+            for i, n in enumerate(frames)]
 
 
 def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0,

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from asr_transformer.data.loader import (FRAME_MULTIPLE, Unreadable, UtteranceDataset, collate, perturbed_frames,
-                                         round_up, speed_factor)
+from asr_transformer.data.loader import (FRAME_MULTIPLE, Unreadable, UtteranceDataset, collate, epoch_frames,
+                                         perturbed_frames, round_up)
 from asr_transformer.data.shards import Shard, ShardError, read_shard
 
 
@@ -54,9 +54,10 @@ class ShardBatchSampler:
 
     def __init__(self, shards: list[list[int]], frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
                  buffer: int = 1000, buckets: int = 10, rank: int = 0, world: int = 1, workers: int = 0,
-                 factors=(1.0,)):
+                 factors=(1.0,), margins: tuple[float, int] = (0.0, 0)):
         slowest = min(factors)
-        too_long = sum(round_up(perturbed_frames(n, slowest), FRAME_MULTIPLE) > max_frames for n in frames)
+        too_long = sum(round_up(perturbed_frames(n, slowest) + 2 * margins[1], FRAME_MULTIPLE) > max_frames
+                       for n in frames)
         if too_long:
             raise ValueError(f"{too_long} utterances are longer than data.max_frames={max_frames} frames; raise "
                              f"data.max_frames or lower data.max_duration")
@@ -64,6 +65,7 @@ class ShardBatchSampler:
             raise ValueError(f"data.shuffle_buffer and data.buckets must be at least 1, got {buffer} and {buckets}")
         self.shards, self.frames, self.max_frames, self.max_batch = shards, frames, max_frames, max_batch
         self.seed, self.buffer, self.rank, self.world, self.factors = seed, buffer, rank, world, tuple(factors)
+        self.margins = margins
         self.readers = max(1, workers)  # per rank
         ordered = sorted(frames)
         self.bounds = [ordered[len(ordered) * k // buckets] for k in range(1, buckets)] if ordered else []
@@ -115,8 +117,7 @@ class ShardBatchSampler:
     def _plan(self, epoch: int) -> tuple:
         """(each reader's planned batches, this rank's order as (reader, its batch) pairs)."""
         if self._planned is None or self._planned[0] != epoch:
-            frames = [perturbed_frames(n, speed_factor(self.factors, self.seed, epoch, i))
-                      for i, n in enumerate(self.frames)]
+            frames = epoch_frames(self.frames, self.factors, self.margins, self.seed, epoch)
             counts = []  # every rank's batch count, so that all cut to the same
             mine = None
             for rank in range(self.world):
@@ -252,7 +253,7 @@ def shard_loader(shards: list[Shard], kept: list, dataset: UtteranceDataset, dat
         members[s].append(i)
     sampler = ShardBatchSampler(members, utterance_frames(kept, dataset.features), data.max_frames, data.max_batch,
                                 seed=seed, buffer=data.shuffle_buffer, buckets=data.buckets, rank=rank, world=world,
-                                workers=data.num_workers, factors=factors)
+                                workers=data.num_workers, factors=factors, margins=dataset.margins)
     readers = world * sampler.readers
     if len(shards) < readers and rank == 0:
         print(f"warning: {len(shards)} shards for {readers} readers (processes × data.num_workers): "

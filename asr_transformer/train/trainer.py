@@ -462,7 +462,7 @@ def _load_data(run: _Run, train_manifest, dev_manifest) -> None:
     else:
         run.sampler = FrameBatchSampler(utterance_frames(train_utts, cfg.features), cfg.data.max_frames,
                                         cfg.data.max_batch, seed=seed, jitter=cfg.data.bucket_width, rank=dist.rank,
-                                        world=dist.world, factors=cfg.augment.speed_factors)
+                                        world=dist.world, factors=cfg.augment.speed_factors, margins=train_set.margins)
         run.train_loader = make_loader(train_set, run.sampler, cfg.data.num_workers, placeholders=True,
                                        pin_memory=pin)
     if not run.sampler.batches(0):
