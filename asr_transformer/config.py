@@ -52,7 +52,7 @@ class AugmentConfig:
     time_mask_ratio: float = 0.05  # ... and at most this fraction of the utterance
     time_warp: int = 0  # max warp distance in frames; 0 disables
     # silence around the speech: that share of utterances per epoch gets up to silence_seconds before and after it
-    # (each drawn uniformly), of faint noise (−90 to −40 dBFS) or digital zeros; a model trained on tightly cut
+    # (each drawn uniformly), of faint noise (−90 to −60 dBFS) or digital zeros; a model trained on tightly cut
     # utterances otherwise writes words into the pauses a voice detector leaves around speech
     silence_prob: float = 0.0
     silence_seconds: float = 0.5

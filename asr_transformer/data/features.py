@@ -240,10 +240,10 @@ def speed_perturb(waveform: torch.Tensor, factor: float) -> torch.Tensor:
 def add_silence(waveform: torch.Tensor, before: int, after: int, rng: torch.Generator) -> torch.Tensor:
     """`before` and `after` samples of silence around the waveform: (samples,) → (before + samples + after,).
 
-    The silence is faint white noise at −90 to −40 dBFS (drawn), or one time in five digital zeros, as recordings
+    The silence is faint white noise at −90 to −60 dBFS (drawn), or one time in five digital zeros, as recordings
     and generated speech have it."""
     draw = torch.rand(2, generator=rng).tolist()
-    level = 0.0 if draw[0] < 0.2 else 10 ** ((-90 + 50 * draw[1]) / 20)
+    level = 0.0 if draw[0] < 0.2 else 10 ** ((-90 + 30 * draw[1]) / 20)
     noise = level * torch.randn(before + after, generator=rng, dtype=waveform.dtype)
     return torch.cat([noise[:before], waveform, noise[before:]])
 
