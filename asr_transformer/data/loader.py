@@ -1,7 +1,7 @@
 """Training and validation batches from manifests.
 
 Features are computed on the fly (when training, with the augmentations of AugmentConfig: speed perturbation,
-vocal tract length perturbation, white noise, a random microphone, SpecAugment).
+silence around the speech, vocal tract length perturbation, white noise, a random microphone, SpecAugment).
 Batches are bounded by total feature frames, padding included (``batch × longest ≤ max_frames``),
 built from length-sorted utterances (bucketing) and shuffled per epoch from a seed. Augmentation
 randomness depends only on (seed, epoch, utterance), so results do not depend on worker count
