@@ -77,13 +77,15 @@ $(EXP)/averaged.pt: $(EXP)/train.done
 	$(ASR) average $(EXP) $(AVERAGE) --out $@
 
 # The model package: the averaged weights with the decoding setup chosen on dev (LM_MODES at LM_BEAM, CTC_WEIGHT,
-# LM_LENGTH_PENALTY) and the LMs it uses stored inside, so that `asr decode`/`asr transcribe` need no flags.
+# LM_LENGTH_PENALTY, and PACKAGE_ARGS: more `asr package` options) and the LMs it uses stored inside, so that
+# `asr decode`/`asr transcribe` need no flags.
+PACKAGE_ARGS ?=
 LMS = $(if $(filter-out 0,$(LM_ORDER)),$(LM)) $(if $(filter-out 0,$(WORD_LM_ORDER)),$(WORD_LM))
 package: $(EXP)/model.pt
 $(EXP)/model.pt: $(EXP)/averaged.pt $(LMS)
 	$(ASR) package $(EXP)/averaged.pt --out $@ --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
 		--length-penalty $(LM_LENGTH_PENALTY) $(if $(filter-out 0,$(LM_ORDER)),--lm $(LM) --lm-weight $(LM_WEIGHT)) \
-		$(if $(filter-out 0,$(WORD_LM_ORDER)),--word-lm $(WORD_LM) --word-lm-weight $(WORD_LM_WEIGHT))
+		$(if $(filter-out 0,$(WORD_LM_ORDER)),--word-lm $(WORD_LM) --word-lm-weight $(WORD_LM_WEIGHT)) $(PACKAGE_ARGS)
 
 # Decodings depend on what the package is made of, and only come after it (|): recording validated results in
 # the package (below) does not make them stale.
