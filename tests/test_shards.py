@@ -66,6 +66,13 @@ def test_a_segment_of_a_longer_file_is_stored_cut_out(tmp_path):
     np.testing.assert_allclose(samples, load_utterance(utt, rate), atol=1e-6)
 
 
+def test_a_missing_audio_file_is_named_and_no_shard_list_is_written(tmp_path):
+    utts = [Utterance("gone", str(tmp_path / "gone.wav"), 1.0, "a")]
+    with pytest.raises(ShardError, match="utterance 'gone': .*gone.wav: cannot read its audio"):
+        write_shards(utts, tmp_path / "out")
+    assert not (tmp_path / "out/shards.jsonl").exists()
+
+
 def test_a_bad_shard_list_names_its_file_line_and_field(tmp_path):
     path = tmp_path / "shards.jsonl"
     header = '{"format": "asr-shards", "version": 1}\n'

@@ -29,7 +29,7 @@ import tarfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Callable, Iterable, Iterator
 
 import soundfile as sf
 
@@ -62,7 +62,7 @@ class Shard:
 
 
 def write_shards(utterances: list[Utterance], out: str | os.PathLike, per_shard: int = PER_SHARD,
-                 progress: Iterable | None = None) -> Path:
+                 progress: Callable[[list], Iterable] | None = None) -> Path:
     """Write `utterances` into ``OUT/shard-NNNNNN.tar`` files of `per_shard` each, in the order given, and their
     list ``OUT/shards.jsonl`` (each file atomically); → the list's path. `progress` wraps the shards' loop (a bar)."""
     if per_shard < 1:
@@ -101,7 +101,10 @@ def _audio_bytes(utt: Utterance) -> tuple[str, bytes]:
     """(extension, bytes) of an utterance's audio: its file as stored, or for a segment the segment as FLAC."""
     if utt.offset is None:
         extension = Path(utt.audio).suffix.lstrip(".").lower() or "wav"
-        return extension, Path(utt.audio).read_bytes()
+        try:
+            return extension, Path(utt.audio).read_bytes()
+        except OSError as e:
+            raise ShardError(f"utterance '{utt.id}': {utt.audio}: cannot read its audio ({e.strerror or e})") from None
     rate = audio_info(utt.audio)[1]
     samples = load_audio(utt.audio, offset=utt.offset, duration=utt.duration, sample_rate=rate, allow_silent=True)
     buffer = io.BytesIO()
