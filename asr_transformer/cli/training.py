@@ -86,9 +86,9 @@ def train(
     device: str = DEVICE,
     threads: int = THREADS,
     seed: Optional[int] = typer.Option(None, help="Random seed (overrides train.seed)."),
-    train_manifest: str = typer.Option("train.jsonl", help="Training manifest name inside DATA, or a shard list "
-                                       "(`asr shard`; a path): streamed from tar shards, each process and loader "
-                                       "worker reading its own."),
+    train_manifest: str = typer.Option("train.jsonl", help="Training manifest inside DATA (or an absolute path), or "
+                                       "a shard list of `asr shard` (e.g. shards/shards.jsonl): streamed from tar "
+                                       "shards, each process and loader worker reading its own."),
     dev_manifest: str = typer.Option("dev.jsonl", help="Validation manifest name inside DATA."),
     force: bool = typer.Option(False, "--force", help="Start over in EXP when it holds another run (another config, "
                                "manifests or tokenizer): that run is moved into EXP/replaced-N, not deleted."),
