@@ -64,6 +64,16 @@ def test_token_frames_follow_the_posterior_spikes():
     assert token_frames(which, 3) == [(2, 3), (6, 6), (9, 9)]
 
 
+def test_a_long_hypothesis_aligns_past_127_states():
+    tokens = [5 + k % 7 for k in range(150)]  # 301 states: the back-pointers must not wrap around
+    log_probs = np.full((400, 16), -20.0)
+    spikes = np.linspace(2, 397, len(tokens)).astype(int)
+    log_probs[:, BLANK] = 0.0
+    log_probs[spikes, BLANK], log_probs[spikes, tokens] = -20.0, 0.0
+    which, _ = ctc_align(log_probs, tokens)
+    assert [first for first, _ in token_frames(which, len(tokens))] == spikes.tolist()
+
+
 def test_frame_clock():
     features = FeatureConfig()  # 25 ms frames every 10 ms
     clock = FrameClock.of(features, 4)  # an encoder frame sees 7 feature frames, every 4th

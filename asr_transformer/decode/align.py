@@ -67,7 +67,7 @@ def ctc_align(log_probs: np.ndarray, tokens: list[int], blank: int = BLANK) -> t
     states = np.empty(T, np.int64)
     for t in range(T - 1, -1, -1):
         states[t] = state
-        state -= came_from[t, state]
+        state -= int(came_from[t, state])  # int: an int8 would make `state` int8, which overflows past 127 states
     which = np.where(states % 2 == 1, (states - 1) // 2, -1)
     return which, best
 
