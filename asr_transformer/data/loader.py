@@ -376,14 +376,7 @@ class FrameBatchSampler(torch.utils.data.Sampler):
                  factors=(1.0,), margins: tuple[float, int] = (0.0, 0)):
         """frames: feature frames of each utterance at its own speed; factors: speed perturbation factors;
         margins: the silence added around utterances (`margin_frames`)."""
-        slowest = min(factors)
-        longest = [round_up(perturbed_frames(n, slowest) + 2 * margins[1], FRAME_MULTIPLE) for n in frames]
-        too_long = [i for i, n in enumerate(longest) if n > max_frames]
-        if too_long:
-            raise ValueError(f"{len(too_long)} utterances are longer than data.max_frames={max_frames} "
-                             f"frames{' at speed ' + str(slowest) if slowest != 1.0 else ''}"
-                             f"{' with silence around them' if margins[1] else ''}; "
-                             f"raise data.max_frames or lower data.max_duration")
+        check_fits(frames, max_frames, factors, margins)
         self.frames, self.max_frames, self.max_batch, self.factors = frames, max_frames, max_batch, tuple(factors)
         self.margins = margins
         self.seed, self.shuffle, self.jitter, self.rank, self.world = seed, shuffle, jitter, rank, world
@@ -413,8 +406,7 @@ class FrameBatchSampler(torch.utils.data.Sampler):
         batches, current, longest = [], [], 0
         for i in order:
             longer = max(longest, frames[i])
-            padded = round_up(longer, FRAME_MULTIPLE)
-            if current and (padded * (len(current) + 1) > self.max_frames or len(current) == self.max_batch):
+            if current and not fits(len(current) + 1, longer, self.max_frames, self.max_batch):
                 batches.append(current)
                 current, longer = [], frames[i]
             current.append(i)
@@ -434,6 +426,24 @@ class FrameBatchSampler(torch.utils.data.Sampler):
     def __iter__(self):
         for batch in self.batches(self.epoch)[self.start:]:
             yield [(i, self.epoch) for i in batch]
+
+
+def check_fits(frames: list[int], max_frames: int, factors, margins: tuple[float, int]) -> None:
+    """ValueError unless each utterance of `frames` fits a batch of `max_frames` alone, at its slowest speed factor
+    with the most silence `margins` can add."""
+    slowest = min(factors)
+    too_long = sum(not fits(1, perturbed_frames(n, slowest) + 2 * margins[1], max_frames, 1) for n in frames)
+    if too_long:
+        raise ValueError(f"{too_long} utterances are longer than data.max_frames={max_frames} "
+                         f"frames{' at speed ' + str(slowest) if slowest != 1.0 else ''}"
+                         f"{' with silence around them' if margins[1] else ''}; "
+                         f"raise data.max_frames or lower data.max_duration")
+
+
+def fits(count: int, longest: int, max_frames: int, max_batch: int) -> bool:
+    """Whether `count` utterances, the longest of `longest` frames, make a batch within `max_frames` (padded as
+    `collate` pads) and `max_batch`."""
+    return count <= max_batch and round_up(longest, FRAME_MULTIPLE) * count <= max_frames
 
 
 def epoch_frames(frames: list[int], factors, margins: tuple[float, int], seed: int, epoch: int) -> list[int]:

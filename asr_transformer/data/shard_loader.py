@@ -25,8 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asr_transformer.data.loader import (FRAME_MULTIPLE, Unreadable, UtteranceDataset, collate, epoch_frames,
-                                         perturbed_frames, round_up)
+from asr_transformer.data.loader import Unreadable, UtteranceDataset, check_fits, collate, epoch_frames, fits
 from asr_transformer.data.shards import Shard, ShardError, read_shard
 
 
@@ -55,12 +54,7 @@ class ShardBatchSampler:
     def __init__(self, shards: list[list[int]], frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
                  buffer: int = 1000, buckets: int = 10, rank: int = 0, world: int = 1, workers: int = 0,
                  factors=(1.0,), margins: tuple[float, int] = (0.0, 0)):
-        slowest = min(factors)
-        too_long = sum(round_up(perturbed_frames(n, slowest) + 2 * margins[1], FRAME_MULTIPLE) > max_frames
-                       for n in frames)
-        if too_long:
-            raise ValueError(f"{too_long} utterances are longer than data.max_frames={max_frames} frames; raise "
-                             f"data.max_frames or lower data.max_duration")
+        check_fits(frames, max_frames, factors, margins)
         if buffer < 1 or buckets < 1:
             raise ValueError(f"data.shuffle_buffer and data.buckets must be at least 1, got {buffer} and {buckets}")
         self.shards, self.frames, self.max_frames, self.max_batch = shards, frames, max_frames, max_batch
@@ -141,8 +135,7 @@ class ShardBatchSampler:
         def place(i: int, read: int) -> None:
             b = bisect.bisect_right(self.bounds, self.frames[i])
             longer = max(longest[b], frames[i])
-            if buckets[b] and (round_up(longer, FRAME_MULTIPLE) * (len(buckets[b]) + 1) > self.max_frames
-                               or len(buckets[b]) == self.max_batch):
+            if buckets[b] and not fits(len(buckets[b]) + 1, longer, self.max_frames, self.max_batch):
                 batches.append(PlannedBatch(buckets[b], read))
                 buckets[b], longer = [], frames[i]
             buckets[b].append(i)
