@@ -229,10 +229,11 @@ class DecodeConfig:
     # the voice detector that cuts `transcribe`'s audio into segments (inference/segmenter.py): silero (neural; the
     # vad extra), energy (levels), none (all of it, in pieces), auto (silero where installed, else energy); the
     # speech probability that starts speech (silero), and in seconds: the least speech that makes a segment, the
-    # pause that ends one, the context kept around it
+    # pause that ends one, the context kept around it (min_speech 0.25 s as Silero's and sherpa-onnx's own default:
+    # shorter bursts were mostly bells and clicks, which a model writes words for; docs/experiments/synthetic.md)
     vad: str = "auto"
     vad_threshold: float = 0.5
-    min_speech: float = 0.05
+    min_speech: float = 0.25
     min_silence: float = 0.3
     speech_pad: float = 0.2
     # Whisper packages: each window reads the text of the windows before it as its prompt (whisper's

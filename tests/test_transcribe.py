@@ -27,7 +27,7 @@ from asr_transformer.package import load_package, save_package
 from asr_transformer.inference.recognizer import Recognizer
 from asr_transformer.tokens import BLANK, EOS
 from asr_transformer.data.audio_stream import stream_audio
-from asr_transformer.inference.segmenter import Segmenter, iter_segments
+from asr_transformer.inference.segmenter import Segmenter, VadOptions, iter_segments
 from asr_transformer.inference.transcribe import NoSpeechWarning
 from tests.conftest import ALPHABET, speak
 
@@ -154,6 +154,15 @@ def test_segmentation_does_not_depend_on_block_size():
         b += pieces.push(x[i:i + 7919])
     b += pieces.finish()
     assert [(s.start, s.end) for s in a] == [(s.start, s.end) for s in b]
+
+
+def test_a_burst_shorter_than_min_speech_is_no_segment():
+    """A 0.15-s tone between silences is a click to the default (0.25 s, Silero's own) and speech to 0.1 s; the
+    0.6-s tone after it is speech to both."""
+    x, truth = tones_with_silences([0.15, 0.6], gap=1.0)
+    found = lambda **kw: [(round(s.start, 1), round(s.end, 1)) for s in iter_segments(x, **kw)]  # noqa: E731
+    assert len(found()) == 1 and abs(found()[0][0] - truth[1][0]) <= 0.1
+    assert len(found(vad=VadOptions("energy", min_speech=0.1))) == 2
 
 
 def test_silence_and_steady_noise_give_no_segments():

@@ -10,7 +10,7 @@ frames; the audio decoded is that plus up to `pad` (0.2 s) of context on each si
 back before the previous segment's end). A stretch with no such silence is cut, *without overlap*,
 at the lowest-energy frame within the last 2 s before `max_segment` is reached (so no word is
 decoded twice and no seam has to be merged; a cut lands in the quietest spot, usually a short pause
-between words). Segments with less than `min_speech` (50 ms) of speech (clicks) are dropped; silence is never
+between words). Segments with less than `min_speech` (0.25 s) of speech (clicks, bells) are dropped; silence is never
 decoded. The segments of a file and of the same audio streamed in blocks of any size are the same.
 """
 
@@ -42,7 +42,7 @@ class VadOptions:
 
     detector: str = "auto"
     threshold: float = 0.5
-    min_speech: float = 0.05
+    min_speech: float = 0.25
     min_silence: float = 0.3
     pad: float = 0.2
 
@@ -105,7 +105,7 @@ class Segmenter:
     """
 
     def __init__(self, max_segment: float = MAX_SEGMENT, detector=None, min_silence: float = 0.3, pad: float = 0.2,
-                 min_speech: float = 0.05, cut_search: float = 2.0):
+                 min_speech: float = 0.25, cut_search: float = 2.0):
         if not max_segment >= 0.5:
             raise ValueError(f"max_segment must be at least 0.5 s, got {max_segment}")
         self.detector = detector if detector is not None else EnergyDetector()
