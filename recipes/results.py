@@ -105,6 +105,9 @@ def unit(exp: Path) -> str:
 
 RUNTIME_KEYS = {("model", "vocab_size"), ("model", "input_dim")}  # filled in by `asr train`, not configured
 PRETRAIN_KEYS = {("train", "init_from"), ("train", "init_modules")}  # set by a Makefile's PRETRAIN stage
+# a training config's decoding options are only its package's first defaults: `asr package` (the Makefile's
+# BEAM, CTC_WEIGHT, PACKAGE_ARGS, …) and the tables say how each result was decoded
+NOT_TRAINING = {"decode"}
 
 
 def conf_file(recipe: Path, exp: Path) -> Path:
@@ -122,6 +125,8 @@ def config_overrides(recipe: Path, exp: Path, ran: dict) -> list[str]:
     planned = to_dict(load_config(conf))
     overrides = []
     for section, values in ran.items():
+        if section in NOT_TRAINING:
+            continue
         for key, value in values.items():
             if (section, key) in RUNTIME_KEYS or (section, key) in PRETRAIN_KEYS:
                 continue
