@@ -22,6 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
+from asr_transformer.config import DecodeConfig
 from asr_transformer.data.audio import SAMPLE_RATE
 from asr_transformer.data.audio_stream import AudioSource, AudioStream, stream_audio
 from asr_transformer.inference.energy_vad import EnergyDetector
@@ -40,11 +41,11 @@ class VadOptions:
     speech probability that starts speech (silero). min_speech: less speech than this is no segment (a click).
     min_silence: a pause this long ends a segment. pad: context kept on each side of a segment's speech."""
 
-    detector: str = "auto"
-    threshold: float = 0.5
-    min_speech: float = 0.25
-    min_silence: float = 0.3
-    pad: float = 0.2
+    detector: str = DecodeConfig.vad  # the defaults are the decoding options' (config.py declares them)
+    threshold: float = DecodeConfig.vad_threshold
+    min_speech: float = DecodeConfig.min_speech
+    min_silence: float = DecodeConfig.min_silence
+    pad: float = DecodeConfig.speech_pad
 
     @classmethod
     def of(cls, options) -> "VadOptions":
@@ -104,8 +105,8 @@ class Segmenter:
     segments completed so far, in order. Memory: at most max_segment + one block of audio.
     """
 
-    def __init__(self, max_segment: float = MAX_SEGMENT, detector=None, min_silence: float = 0.3, pad: float = 0.2,
-                 min_speech: float = 0.25, cut_search: float = 2.0):
+    def __init__(self, max_segment: float = MAX_SEGMENT, detector=None, min_silence: float = VadOptions.min_silence,
+                 pad: float = VadOptions.pad, min_speech: float = VadOptions.min_speech, cut_search: float = 2.0):
         if not max_segment >= 0.5:
             raise ValueError(f"max_segment must be at least 0.5 s, got {max_segment}")
         self.detector = detector if detector is not None else EnergyDetector()
