@@ -366,8 +366,8 @@ def test_word_lm_scores_each_word_where_it_ends(tmp_path):
     """A word LM fused at word boundaries: a piece that starts a word ("▁…") or <eos> completes the word being
     spelled and gains γ·log p_word(word | earlier words); other pieces gain only the token LM's β·log p. Summing
     the per-step scores along a hypothesis gives `sentence_log_prob` (what rescoring adds), and a word the LM
-    does not know is its <unk>."""
-    from asr_transformer.decode.word_lm import WordBoundaryLM
+    does not know is its <unk> and its letters, charged from the step after it leaves the LM's words."""
+    from asr_transformer.decode.word_lm import LETTER_LOG_PROB, WordBoundaryLM
 
     pieces = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁", "a", "b", "▁ab"]
     SP, PA, PB, PAB = 5, 6, 7, 8
@@ -393,12 +393,19 @@ def test_word_lm_scores_each_word_where_it_ends(tmp_path):
     scores = fused.next_log_probs([[SOS, PAB, SP, PB]])[0]
     assert scores[SP].item() == pytest.approx(0.3 * token_lm.distribution([SOS, PAB, SP, PB])[SP].item()
                                               + 0.7 * p_word([SOS, 6], 7), abs=1e-5)
-    # an unknown word ("ba") is <unk>
-    scores = WordBoundaryLM(pieces, word_lm, 1.0).next_log_probs([[SOS, SP, PB, PA]])[0]
-    assert scores[SP].item() == pytest.approx(p_word([SOS], UNK), abs=1e-5)
-    assert scores[PA].item() == 0.0
+    # an unknown word ("ba") is <unk> spelled letter by letter, and it is paid for as soon as no LM word begins
+    # with it (the look-ahead): from the step after "a" made "ba", every candidate pays, and its end settles
+    plain = WordBoundaryLM(pieces, word_lm, 1.0)
+    unknown = p_word([SOS], UNK) + 2 * LETTER_LOG_PROB
+    assert plain.next_log_probs([[SOS, SP, PB]])[0, PA].item() == 0.0  # "b" begins an LM word
+    scores = plain.next_log_probs([[SOS, SP, PB, PA]])[0]
+    assert scores[SP].item() == pytest.approx(unknown, abs=1e-5)
+    assert scores[PA].item() == pytest.approx(unknown, abs=1e-5)  # "baa" pays for "ba" now ...
+    scores = plain.next_log_probs([[SOS, SP, PB, PA, PA]])[0]
+    assert scores[PA].item() == pytest.approx(LETTER_LOG_PROB, abs=1e-5)  # ... and one letter more at each step
+    assert scores[SP].item() == pytest.approx(LETTER_LOG_PROB, abs=1e-5)
     # the steps add up to the sentence score, <eos> included
-    for sentence in ([SP, PA, SP, PA, PB], [PAB, SP, PB, PA], [SP, PB], []):
+    for sentence in ([SP, PA, SP, PA, PB], [PAB, SP, PB, PA], [SP, PB, PA, PA, PB, SP, PA], [SP, PB], []):
         prefix, steps = [SOS], 0.0
         for t in sentence + [EOS]:
             steps += fused.next_log_probs([prefix])[0, t].item()
@@ -410,7 +417,8 @@ def test_word_lm_scores_each_word_where_it_ends(tmp_path):
 
 def test_word_lm_reads_words_from_pieces_with_case_and_punctuation(tmp_path):
     """Whisper's pieces carry case and punctuation ("▁Hello", ","): the word LM scores the normalized words, a
-    piece of punctuation alone is no word, and a hyphenated word counts as the words it normalizes to."""
+    piece of punctuation alone is no word, and a hyphenated word counts as the words it normalizes to, each paid
+    for as it ends."""
     from asr_transformer.decode.word_lm import WordBoundaryLM
 
     pieces = ["<blank>", "<unk>", "<sos>", "<eos>", "<mask>", "▁Hello", ",", "▁world", ".", "▁-", "▁twenty-one"]
@@ -426,6 +434,11 @@ def test_word_lm_reads_words_from_pieces_with_case_and_punctuation(tmp_path):
     assert fused.sentence_log_prob([HELLO, DASH, WORLD]) == pytest.approx(0.5 * expected, abs=1e-5)
     expected = lp([SOS], 7) + lp([SOS, 7], 8) + lp([SOS, 7, 8], EOS)
     assert fused.sentence_log_prob([TWENTY_ONE]) == pytest.approx(0.5 * expected, abs=1e-5)
+    # the words a hyphen ends inside one spelling are paid for as they end, not when the spelling does: after
+    # "twenty-one" every candidate pays for "twenty", and "one" is settled where the next word starts
+    scores = fused.next_log_probs([[SOS, TWENTY_ONE]])[0]
+    assert scores[STOP].item() == pytest.approx(0.5 * lp([SOS], 7), abs=1e-5)
+    assert scores[HELLO].item() == pytest.approx(0.5 * (lp([SOS], 7) + lp([SOS, 7], 8)), abs=1e-5)
 
 
 # ------------------------------------------------------------------------------- the binary (array) LM
