@@ -83,12 +83,15 @@ class VadOptions:
 @dataclass
 class Segment:
     """A stretch of speech: `start`/`end` in seconds (the speech itself, relative to the file) and the
-    16 kHz `audio` to decode, which starts at `audio_start` seconds (it may include a little context)."""
+    16 kHz `audio` to decode, which starts at `audio_start` seconds (it may include a little context). `gaps`:
+    the stretches inside it that the detector found no speech in, (start, end) in seconds, where segments were
+    joined into one window (`transcribe.WindowMerger`)."""
 
     start: float
     end: float
     audio: np.ndarray
     audio_start: float
+    gaps: tuple[tuple[float, float], ...] = ()
 
 
 def check_vad(options) -> None:

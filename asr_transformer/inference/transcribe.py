@@ -42,6 +42,7 @@ ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done
 
 MIN_DECODE = int(0.1 * SAMPLE_RATE)  # segments shorter than this are zero-padded for the encoder
 WHISPER_WINDOW = 30.0  # seconds: the window an attention-only model (Whisper) reads segments merged into
+EARLY_START = 0.5  # seconds: how early attention times a word after a pause, at most (bench/pause_edges.py: 88 %)
 
 
 class NoSpeechWarning(UserWarning):
@@ -98,7 +99,7 @@ class WindowMerger:
         if lead <= 0 or _audio_end(segment) - self.heard > self.window:
             return segment
         return Segment(segment.start, segment.end, np.concatenate([np.zeros(lead, np.float32), segment.audio]),
-                       self.heard)
+                       self.heard, segment.gaps)
 
 
 class SegmentStream:
@@ -181,10 +182,11 @@ def _audio_end(segment: Segment) -> float:
 
 
 def _joined(a: Segment, b: Segment) -> Segment:
-    """One segment from `a` to `b`: a's audio up to b's, silence (zeros) between them."""
+    """One segment from `a` to `b`: a's audio up to b's, silence (zeros) between them, which is a gap."""
     cut = round((b.audio_start - a.audio_start) * SAMPLE_RATE)
     head = a.audio[:cut] if cut <= len(a.audio) else np.concatenate([a.audio, np.zeros(cut - len(a.audio), np.float32)])
-    return Segment(a.start, b.end, np.concatenate([head, b.audio]), a.audio_start)
+    gaps = a.gaps + (((a.end, b.start),) if b.start > a.end else ()) + b.gaps
+    return Segment(a.start, b.end, np.concatenate([head, b.audio]), a.audio_start, gaps)
 
 
 # --------------------------------------------------------------------------------------- decoding
@@ -247,9 +249,31 @@ def _words(recognizer, segment: Segment, tokens: list[int], text: str, alignment
     clock = FrameClock.of(recognizer.config.features, recognizer.config.model.subsampling)
     where = dict(clock=clock, offset=segment.audio_start, bounds=(segment.start, segment.end))
     if isinstance(alignment, tuple):
-        return attention_word_timestamps(*alignment, tokens, recognizer.tokenizer.word_pieces(tokens), text.split(),
-                                         **where)
-    return word_timestamps(alignment, tokens, recognizer.tokenizer.pieces(tokens), text.split(), **where)
+        words = attention_word_timestamps(*alignment, tokens, recognizer.tokenizer.word_pieces(tokens), text.split(),
+                                          **where)
+    else:
+        words = word_timestamps(alignment, tokens, recognizer.tokenizer.pieces(tokens), text.split(), **where)
+    return out_of_gaps(words, segment.gaps)
+
+
+def out_of_gaps(words: list[dict], gaps: tuple[tuple[float, float], ...]) -> list[dict]:
+    """`words` (dicts with "start" and "end", in order) with each word that starts inside a gap (a stretch the voice
+    detector found no speech in) moved out of it: a window's attention times the words before a pause late, 1-2 s
+    into it (docs/experiments/kathleen.md), and the first word after one at most a little early (EARLY_START), so a
+    word that starts within EARLY_START of the gap's end begins there and every other one is put back at the gap's
+    start. A word that runs into a gap ends where the gap starts; the order of the words is kept."""
+    for gap_start, gap_end in gaps:
+        for word in words:
+            if gap_end - EARLY_START <= word["start"] < gap_end:
+                word["start"], word["end"] = round(gap_end, 3), max(word["end"], round(gap_end, 3))
+            elif gap_start < word["start"] < gap_end:
+                word["start"] = word["end"] = round(gap_start, 3)
+            elif word["start"] <= gap_start < word["end"]:
+                word["end"] = round(gap_start, 3)
+    for before, after in zip(words, words[1:]):  # a word moved back never starts before the one it followed
+        after["start"] = max(after["start"], before["start"])
+        after["end"] = max(after["end"], after["start"])
+    return words
 
 
 def transcribe(recognizer, audio_source: AudioSource, max_segment: float = MAX_SEGMENT,
