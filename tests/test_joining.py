@@ -34,6 +34,21 @@ def test_examples_keep_order_speakers_and_length_and_skip_second_takes(tmp_path)
     assert max(len(g) for g in groups) > 1
 
 
+def test_shuffled_words_join_in_a_new_order_within_each_speaker(tmp_path):
+    """--shuffle: digits listed in order ("zero" … "nine" for each speaker) are joined in a random order that the
+    seed fixes, each utterance once, each example one speaker's."""
+    specs = [(speaker, word, 0.5) for speaker in "ab" for word in ["zero", "one", "two", "three", "four"] * 4]
+    utts = _utts(tmp_path, specs)
+    texts = lambda groups: [" ".join(u.text for u in g) for g in groups]  # noqa: E731
+    plain = plan_examples(utts, 3.0, 3.0, 0.1)
+    shuffled = plan_examples(utts, 3.0, 3.0, 0.1, seed=1, shuffle=True)
+    assert set(texts(plain)) == {"zero one two three four"}  # in order, every example the same sequence
+    assert len(set(texts(shuffled))) > 1
+    assert shuffled == plan_examples(utts, 3.0, 3.0, 0.1, seed=1, shuffle=True)
+    assert sorted(u.id for g in shuffled for u in g) == sorted(u.id for u in utts)
+    assert all(len({u.speaker for u in g}) == 1 for g in shuffled)
+
+
 def test_joined_audio_and_text(tmp_path):
     utts = _utts(tmp_path, [("a", "One.", 1.0), ("a", "Two.", 1.5), ("a", "Three.", 1.0)])
     write_manifest(tmp_path / "in.jsonl", utts)

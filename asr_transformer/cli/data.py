@@ -277,7 +277,9 @@ def join(
     max_seconds: float = typer.Option(30.0, min=0.1, help="Longest example (Whisper's window is 30 s)."),
     gap: float = typer.Option(0.3, min=0.0, help="Seconds of silence between joined utterances."),
     audio_dir: Optional[Path] = typer.Option(None, help="Where the joined audio goes (default: joined beside OUT)."),
-    seed: int = typer.Option(0, help="Seed of the drawn target lengths."),
+    seed: int = typer.Option(0, help="Seed of the drawn target lengths (and of --shuffle)."),
+    shuffle: bool = typer.Option(False, help="Put each speaker's utterances in a random order first: for isolated "
+                                             "words or digits, whose order in the manifest means nothing."),
 ):
     """Join consecutive utterances of one speaker into longer training examples (FLAC), each up to a length drawn
     between --min-seconds and --max-seconds: fine-tuning Whisper on them keeps its long, multi-sentence outputs."""
@@ -285,7 +287,7 @@ def join(
 
     if min_seconds > max_seconds:
         fail(f"--min-seconds {min_seconds:g} is above --max-seconds {max_seconds:g}")
-    n = join_manifest(manifest, out, min_seconds, max_seconds, gap, audio_dir, seed=seed)
+    n = join_manifest(manifest, out, min_seconds, max_seconds, gap, audio_dir, seed=seed, shuffle=shuffle)
     typer.echo(f"wrote {out}: {n} examples")
 
 

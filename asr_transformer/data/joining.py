@@ -8,7 +8,9 @@ the next utterance would pass its target length, drawn for each example uniforml
 one after another with `gap_seconds` of silence between them, written as one 16-bit FLAC file
 `<audio_dir>/<first id>+<count>.flac`; its text is theirs joined by spaces. A prompt read more than once (takes
 of one sentence) is never joined with itself, which would teach the model to repeat: the first take of each text
-comes first, then the second takes, and so on. Every file is written atomically and the manifest last.
+comes first, then the second takes, and so on. Where the order means nothing (isolated words such as digits, listed
+word by word), `shuffle` first puts each speaker's utterances in a random order (from `seed`), so that examples are
+not the same sequence over and over. Every file is written atomically and the manifest last.
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ from asr_transformer.fileio import atomic_open
 
 
 def plan_examples(utterances: list[Utterance], min_seconds: float, max_seconds: float, gap_seconds: float,
-                  seed: int = 0) -> list[list[Utterance]]:
+                  seed: int = 0, shuffle: bool = False) -> list[list[Utterance]]:
     """Group consecutive utterances of one speaker (the first take of each text in manifest order, then the second
-    takes, …) into examples of at most their drawn target length (an utterance longer than that is an example of
-    its own); every utterance is in exactly one group, and no group holds a text twice."""
+    takes, …; with `shuffle`, each speaker's in a random order, speakers in order of appearance) into examples of
+    at most their drawn target length (an utterance longer than that is an example of its own); every utterance
+    is in exactly one group, and no group holds a text twice."""
     if not 0 < min_seconds <= max_seconds:
         raise ManifestError(f"join lengths: need 0 < min ≤ max seconds, got {min_seconds:g} and {max_seconds:g}")
     draw = random.Random(seed)
+    if shuffle:
+        by_speaker: dict[str | None, list[Utterance]] = {}
+        for utt in utterances:
+            by_speaker.setdefault(utt.speaker, []).append(utt)
+        utterances = [u for group in by_speaker.values() for u in draw.sample(group, len(group))]
     takes: dict[str, int] = {}
     rounds: list[list[Utterance]] = []
     for utt in utterances:
@@ -57,13 +65,13 @@ def plan_examples(utterances: list[Utterance], min_seconds: float, max_seconds: 
 
 def join_manifest(manifest: str | os.PathLike, out: str | os.PathLike, min_seconds: float = 10.0,
                   max_seconds: float = 30.0, gap_seconds: float = 0.3, audio_dir: str | os.PathLike | None = None,
-                  sample_rate: int = 16000, seed: int = 0) -> int:
+                  sample_rate: int = 16000, seed: int = 0, shuffle: bool = False) -> int:
     """Write `out`: the utterances of `manifest` joined into examples (see the module docstring), their audio in
     `audio_dir` (default: `joined` beside `out`); returns how many examples were written."""
     out = Path(out)
     audio_dir = Path(audio_dir) if audio_dir is not None else out.parent / "joined"
     audio_dir.mkdir(parents=True, exist_ok=True)
-    groups = plan_examples(read_manifest(manifest), min_seconds, max_seconds, gap_seconds, seed)
+    groups = plan_examples(read_manifest(manifest), min_seconds, max_seconds, gap_seconds, seed, shuffle)
     silence = np.zeros(int(round(gap_seconds * sample_rate)), dtype=np.float32)
     joined = []
     for group in track(groups, f"joining {Path(manifest).name}", total=len(groups)):
