@@ -65,7 +65,7 @@ class DataConfig:
     max_frames: int = 12000  # feature frames per batch, padding included
     max_batch: int = 64
     min_duration: float = 0.1  # seconds
-    max_duration: float = 20.0
+    max_duration: float = 20.0  # seconds, at the slowest of augment.speed_factors (Whisper's window: 30)
     num_workers: int = 0
     bucket_width: float = 0.1  # random jitter of lengths when bucketing (varies batches per epoch)
     cache_audio: bool = False  # keep features in memory (small corpora: saves decoding and fbank every epoch)

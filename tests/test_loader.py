@@ -118,6 +118,10 @@ def test_filters_count_what_they_drop(corpus):
     data = DataConfig(min_duration=0.1, max_duration=5)
     kept, ids, counts = filter_utterances(utts, tok, data, FeatureConfig(), subsampling=4)
     assert counts.unalignable == 1 and "u4" not in [u.id for u in kept]  # 38 chars in 0.3 s
+    # slowed to 0.9 of its speed, u0's 1.0 s lasts 1.11 s: too long for 1.1 s (Whisper's window would overflow)
+    data = DataConfig(min_duration=0.6, max_duration=1.1)
+    kept, ids, counts = filter_utterances(utts, tok, data, FeatureConfig(), subsampling=4, speed_factors=[0.9, 1.1])
+    assert [u.id for u in kept] == ["u1"] and counts.too_long == 2
 
 
 def test_loader_batches_pad_and_augment_deterministically(corpus):

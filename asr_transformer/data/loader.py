@@ -173,12 +173,12 @@ def filter_utterances(
     """Drop what training cannot use; returns (kept utterances, their token ids, counts)."""
     counts = FilterCounts()
     kept, token_ids = [], []
-    fastest = max(speed_factors)
+    fastest, slowest = max(speed_factors), min(speed_factors)
     for utt in utterances:
         if utt.duration < data.min_duration:
             counts.too_short += 1
             continue
-        if utt.duration > data.max_duration:
+        if utt.duration / slowest > data.max_duration:  # as long as speed perturbation may make it
             counts.too_long += 1
             continue
         ids = tokenizer.encode(utt.text)
