@@ -147,6 +147,8 @@ WHISPER_TRAIN_ARGS ?=
 # what fine-tuning trains on: the training set's consecutive sentences joined into 10-30-s examples (`asr join`),
 # so that the model keeps writing long, multi-sentence transcripts (train.jsonl: one sentence per example)
 WHISPER_TRAIN ?= train_joined.jsonl
+# WHISPER_JOIN_ARGS: `asr join` options for it (default: 10-30-s examples, in manifest order)
+WHISPER_JOIN_ARGS ?=
 # the general-English check: other voices (`asr prepare general-english`: LJ Speech, LibriVox, JFK; public domain,
 # downloaded from PyPI packages), decoded before and after fine-tuning, so what adaptation forgets shows
 GENERAL ?= $(DATA)/general_english
@@ -178,7 +180,7 @@ $(WHISPER_EXP)/decode_%_zeroshot/done: $(ZEROSHOT) $(DATA)/%.jsonl
 	touch $@
 
 $(DATA)/train_joined.jsonl: | $(DATA)/summary.json
-	$(ASR) join $(DATA)/train.jsonl $@
+	$(ASR) join $(DATA)/train.jsonl $@ $(WHISPER_JOIN_ARGS)
 
 $(WHISPER_EXP)/train.done: $(ZEROSHOT) $(WHISPER_CONF) $(DATA)/$(WHISPER_TRAIN)
 	$(ASR) train --data $(DATA) --train-manifest $(WHISPER_TRAIN) --tokenizer $(<D)/tokenizer --exp $(@D) \

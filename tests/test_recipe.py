@@ -114,9 +114,14 @@ def test_make_whisper_fine_tunes_the_imported_model_with_the_recipes_conf_and_de
     steps = make_plan(recipe, f"DATA={data}", f"WHISPER_EXP={exp}", "WHISPER=/ckpt/tiny.en", "whisper")
     zeroshot = exp / "zeroshot/model.pt"
     assert f"asr import whisper /ckpt/tiny.en --out {zeroshot} --tokenizer-dir {exp}/zeroshot/tokenizer" in steps
-    joined = recipe != "fsdd"  # sentences joined into 10-30-s examples; FSDD's digits one recording per example
-    assert (f"asr join {data}/train.jsonl {data}/train_joined.jsonl" in steps) == joined
-    manifest = "train_joined.jsonl" if joined else "train.jsonl"
+    # sentences joined into 10-30-s examples; FSDD's digits shuffled into short ones, with Kathleen's English
+    digits = recipe == "fsdd"
+    join = f"asr join {data}/train.jsonl {data}/train_joined.jsonl"
+    assert (join + (" --shuffle --min-seconds 0.5 --max-seconds 8" if digits else "")) in steps
+    manifest = "train_whisper.jsonl" if digits else "train_joined.jsonl"
+    if digits:  # 40 of Kathleen's joined examples mixed in
+        assert f"asr combine {data}/train_whisper.jsonl {data}/train_joined.jsonl {data}/rehearsal.jsonl" in steps
+        assert "head -n $((40 + 1))" in steps
     assert (f"asr train --data {data} --train-manifest {manifest} --tokenizer {exp}/zeroshot/tokenizer "
             f"--exp {exp} --config conf/whisper_tiny.yaml" in steps.replace("\\\n\t", "")
             and f"--set train.init_from={zeroshot}" in steps)
