@@ -302,6 +302,8 @@ def section(recipe: Path, exp: Path) -> str:
             if zero_shot:  # the imported model as it came: not trained here
                 mode = f"{mode} (beam {rtf.get('options', {}).get('beam')}), zero-shot{_window(recipe / rtf['model'])}"
                 trained = ("–", "–")
+            elif "model" in rtf:
+                mode = f"{mode}{_window(recipe / rtf['model'])}"
             whisper = f"{100 * result['whisper']['wer']:.2f}" if "whisper" in result else "–"
             lines.append(f"| {name} | {mode} | {100 * result['cer']:.2f} | {100 * result['wer']:.2f} | {whisper} | "
                          f"{rtf.get('rtf', float('nan')):.4f} | {trained[0]} | {trained[1]} | {cpu} |")
