@@ -752,14 +752,15 @@ def test_whisper_windows_hold_their_segments_and_never_pass_the_window():
 
 def test_word_times_are_moved_out_of_the_pauses_inside_a_window():
     """A window's attention can time the words before a pause late, inside the pause (where the detector found
-    no speech): a word that starts in a gap moves back to its start, or, within EARLY_START of its end, to its
-    end; one that runs into a gap ends at it; the words stay in order."""
+    no speech), and the first one after it early: a word that starts in a gap's first half moves back to its
+    start, one in its second half to its end; one that runs into a gap ends at it; the words stay in order."""
     from asr_transformer.inference.transcribe import out_of_gaps
 
-    words = [{"word": "a", "start": 0.5, "end": 0.9}, {"word": "late", "start": 1.4, "end": 2.6},
-             {"word": "later", "start": 2.7, "end": 2.9}, {"word": "early", "start": 3.8, "end": 4.3},
-             {"word": "long", "start": 4.4, "end": 6.5}, {"word": "in", "start": 6.2, "end": 6.4}]
+    words = [{"word": "a", "start": 0.5, "end": 0.9}, {"word": "late", "start": 1.4, "end": 2.3},
+             {"word": "later", "start": 2.3, "end": 2.6}, {"word": "early", "start": 2.7, "end": 3.5},
+             {"word": "next", "start": 3.8, "end": 4.3}, {"word": "long", "start": 4.4, "end": 6.5},
+             {"word": "in", "start": 6.2, "end": 6.4}]
     out = out_of_gaps([dict(w) for w in words], ((1.0, 4.0), (6.0, 9.0)))
-    assert [(w["start"], w["end"]) for w in out] == [(0.5, 0.9), (1.0, 1.0), (1.0, 1.0), (4.0, 4.3), (4.4, 6.0),
-                                                     (6.0, 6.0)]
+    assert [(w["start"], w["end"]) for w in out] == [(0.5, 0.9), (1.0, 1.0), (1.0, 1.0), (4.0, 4.0), (4.0, 4.3),
+                                                     (4.4, 6.0), (6.0, 6.0)]
     assert out_of_gaps([dict(w) for w in words], ()) == words  # no gaps: unchanged

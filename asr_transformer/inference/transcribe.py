@@ -42,7 +42,6 @@ ProgressCallback = Callable[[float, "float | None", int], None]  # (seconds done
 
 MIN_DECODE = int(0.1 * SAMPLE_RATE)  # segments shorter than this are zero-padded for the encoder
 WHISPER_WINDOW = 30.0  # seconds: the window an attention-only model (Whisper) reads segments merged into
-EARLY_START = 0.5  # seconds: how early attention times a word after a pause, at most (bench/pause_edges.py: 88 %)
 
 
 class NoSpeechWarning(UserWarning):
@@ -258,13 +257,13 @@ def _words(recognizer, segment: Segment, tokens: list[int], text: str, alignment
 
 def out_of_gaps(words: list[dict], gaps: tuple[tuple[float, float], ...]) -> list[dict]:
     """`words` (dicts with "start" and "end", in order) with each word that starts inside a gap (a stretch the voice
-    detector found no speech in) moved out of it: a window's attention times the words before a pause late, 1-2 s
-    into it (docs/experiments/kathleen.md), and the first word after one at most a little early (EARLY_START), so a
-    word that starts within EARLY_START of the gap's end begins there and every other one is put back at the gap's
-    start. A word that runs into a gap ends where the gap starts; the order of the words is kept."""
+    detector found no speech in) moved out of it, to the nearer of its edges: a window's attention times the last
+    words before a pause late, 1-2 s into it, and the first word after one early (docs/experiments/kathleen.md), so
+    a word in the gap's first half is put back at its start and one in its second half begins at its end. A word
+    that runs into a gap ends where the gap starts; the order of the words is kept."""
     for gap_start, gap_end in gaps:
         for word in words:
-            if gap_end - EARLY_START <= word["start"] < gap_end:
+            if gap_start < word["start"] < gap_end and word["start"] - gap_start > gap_end - word["start"]:
                 word["start"], word["end"] = round(gap_end, 3), max(word["end"], round(gap_end, 3))
             elif gap_start < word["start"] < gap_end:
                 word["start"] = word["end"] = round(gap_start, 3)
