@@ -764,3 +764,30 @@ def test_word_times_are_moved_out_of_the_pauses_inside_a_window():
     assert [(w["start"], w["end"]) for w in out] == [(0.5, 0.9), (1.0, 1.0), (1.0, 1.0), (4.0, 4.0), (4.0, 4.3),
                                                      (4.4, 6.0), (6.0, 6.0)]
     assert out_of_gaps([dict(w) for w in words], ()) == words  # no gaps: unchanged
+
+
+def test_speech_a_window_skipped_is_found_cut_out_and_put_back_where_it_lies():
+    """inference/reread.py: a run of a window's speech parts with no word timed in it is skipped when one of its
+    parts lasts MIN_SKIPPED seconds (shorter bursts are noise); its cut keeps the window's audio and gaps; its
+    words go in before the first word that starts after it, and the text is the words joined."""
+    from asr_transformer.inference.reread import MIN_SKIPPED, cut, skipped, spliced
+    from asr_transformer.inference.segmenter import Segment
+
+    audio = np.arange(16 * SR, dtype=np.float32)
+    # speech 0-3, pause, 4-4.4 (a burst), pause, 5-6.5 and 6.8-7.2 (a sentence), pause, 8-10
+    window = Segment(0.0, 10.0, audio, 0.0, ((3.0, 4.0), (4.4, 5.0), (6.5, 6.8), (7.2, 8.0)))
+    words = [{"word": "one", "start": 0.5, "end": 1.0}, {"word": "two.", "start": 2.0, "end": 2.9},
+             {"word": "five", "start": 8.1, "end": 8.6}]
+    assert MIN_SKIPPED <= 1.5
+    assert skipped(window, words) == [(4.0, 7.2)]  # the burst joins the run; the run has a 1.5-s part
+    assert skipped(window, words + [{"word": "x", "start": 5.5, "end": 5.9}]) == []  # covered
+    assert skipped(window, words + [{"word": "x", "start": 4.1, "end": 4.3}]) == [(5.0, 7.2)]
+    assert skipped(Segment(0.0, 10.0, audio, 0.0, ((3.0, 4.0), (4.4, 9.5))), words[:2]) == []  # bursts only
+    part = cut(window, 5.0, 7.2, 0.2)
+    assert (part.start, part.end, part.audio_start, part.gaps) == (5.0, 7.2, 4.8, ((6.5, 6.8),))
+    assert np.array_equal(part.audio, audio[round(4.8 * SR):round(7.4 * SR)])
+    found = {"text": "three four.", "words": [{"word": "three", "start": 5.1, "end": 5.6},
+                                              {"word": "four.", "start": 6.9, "end": 7.1}]}
+    out = spliced({"text": "one two. five", "words": words, "score": -1.0}, [(5.0, found)])
+    assert out["text"] == "one two. three four. five" and out["score"] == -1.0
+    assert [w["word"] for w in out["words"]] == ["one", "two.", "three", "four.", "five"]

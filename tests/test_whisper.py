@@ -288,12 +288,14 @@ def test_start_sequence_of_multilingual_and_english_only_models(reference):
         start_sequence(tokenizer, multilingual, "xx")
 
 
-def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference, tmp_path):
+def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference, tmp_path, monkeypatch):
     """Speech, pauses, speech: an attention-only model gets the segments merged into one window (zeros for the
-    silences, which are zeros here), so `transcribe` gives the text and words of decoding the file whole."""
+    silences, which are zeros here), so `transcribe` gives the text and words of decoding the file whole. Speech
+    the window skipped (no word timed in it) is read again alone and put in: the window's words stay, in order."""
     import numpy as np
     import soundfile as sf
 
+    from asr_transformer.inference import reread
     from asr_transformer.inference.recognizer import Recognizer
 
     _, tokenizer_path, special, _ = reference
@@ -311,9 +313,16 @@ def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference
     wave = np.concatenate(parts).astype(np.float32)
     sf.write(tmp_path / "a.wav", wave, 16000, subtype="FLOAT")
     rec = Recognizer(package, device="cpu", threads=1, mode="greedy", vad="energy")  # tones: not Silero's speech
-    result = rec.transcribe(str(tmp_path / "a.wav"))
+    with monkeypatch.context() as no_rereading:
+        no_rereading.setattr(reread, "MIN_SKIPPED", float("inf"))
+        result = rec.transcribe(str(tmp_path / "a.wav"))
     assert len(result["segments"]) == 1 and result["segments"][0]["end"] > 7.0
     assert result["text"] == rec.recognize_arrays([wave])[0] != ""
+    assert rec.transcribe(str(tmp_path / "a.wav"))["text"] == result["text"]  # the energy detector: as it is
+    monkeypatch.setattr(reread, "DETECTORS", ("energy",))  # tones are no speech to Silero: read the energy's again
+    reread_text = rec.transcribe(str(tmp_path / "a.wav"))["text"]  # this random model times no word in a tone
+    assert len(reread_text.split()) > len(result["text"].split())
+    assert _in_order(result["text"].split(), reread_text.split())
     short = Recognizer(package, device="cpu", threads=1, mode="greedy", vad="energy", max_window=3.0)
     spans = [(s["start"], s["end"]) for s in short.transcribe(str(tmp_path / "a.wav"))["segments"]]
     assert len(spans) >= 2 and all(end - start <= 3.0 for start, end in spans)  # windows of at most 3 s
@@ -468,3 +477,9 @@ def test_the_no_speech_probability_is_whispers_and_silences_only_unsure_windows(
         special["<|nocaptions|>"]]), abs=1e-4)
     with pytest.warns(UserWarning, match="gave no text"):
         assert segments(no_speech_threshold=0.0, logprob_threshold=0.0) == []  # unsure and "silent": no text
+
+
+def _in_order(words: list[str], longer: list[str]) -> bool:
+    """Whether `words` appear in `longer` in the same order (a subsequence)."""
+    rest = iter(longer)
+    return all(w in rest for w in words)

@@ -191,16 +191,21 @@ def _joined(a: Segment, b: Segment) -> Segment:
 # --------------------------------------------------------------------------------------- decoding
 
 
-def _decode_batch(recognizer, segments: list[Segment], speaker=None,
-                  word_timestamps: bool = False) -> list[dict | None]:
+def _decode_batch(recognizer, segments: list[Segment], speaker=None, word_timestamps: bool = False,
+                  reread: bool = True) -> list[dict | None]:
     """Each segment's result dict, None where its text is empty. `speaker`: a CMVNAccumulator of the file's
     features so far, for a model.speaker_cmn model (else None). `word_timestamps`: also align each hypothesis to
-    its CTC log-probs and give each segment its "words"."""
+    its CTC log-probs and give each segment its "words". A model timed by its attention (Whisper) reading windows
+    of several of Silero's segments has its words timed anyway, and the speech a window skipped is decoded again,
+    alone, and put in (`reread`; inference/reread.py)."""
+    attention = not recognizer.config.model.ctc and hasattr(recognizer, "decode_waves_with_attention")
+    rereading = reread and attention and any(s.gaps for s in segments) and _rereads(recognizer)
+    timed = word_timestamps or rereading
     waves = [s.audio if s.audio.size >= MIN_DECODE else np.pad(s.audio, (0, MIN_DECODE - s.audio.size))
              for s in segments]
-    if word_timestamps and not recognizer.config.model.ctc and hasattr(recognizer, "decode_waves_with_attention"):
+    if timed and attention:
         hyps, log_probs = recognizer.decode_waves_with_attention(waves, speaker)  # (alignment matrix, token probs)
-    elif word_timestamps:
+    elif timed:
         hyps, log_probs = recognizer.decode_waves_with_ctc(waves, speaker)
     else:
         hyps, log_probs = recognizer.decode_waves(waves, speaker), [None] * len(waves)
@@ -217,10 +222,39 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None,
             out[-1]["temperature"] = best.parts["temperature"]
         if "no_speech_prob" in best.parts:  # a Whisper package's silence check (decode/fallback.py)
             out[-1]["no_speech_prob"] = round(best.parts["no_speech_prob"], 4)
-        if word_timestamps:
+        if timed:
             out[-1]["words"] = _words(recognizer, s, best.tokens, text, lp)
     release_free_memory()  # what this batch freed: a long file's peak stays about one batch's
+    if rereading:
+        out = _with_skipped_speech(recognizer, segments, out, speaker)
+    if not word_timestamps:
+        out = [r if r is None else {k: v for k, v in r.items() if k != "words"} for r in out]
     return out
+
+
+def _rereads(recognizer) -> bool:
+    """Whether the recognizer's voice detector is one whose skipped speech is read again (reread.DETECTORS)."""
+    from asr_transformer.inference import reread
+
+    return VadOptions.of(recognizer.options).kind in reread.DETECTORS
+
+
+def _with_skipped_speech(recognizer, windows: list[Segment], results: list[dict | None], speaker) -> list[dict | None]:
+    """`results` of `windows` with the speech each window with text skipped decoded alone and put in where it
+    lies (inference/reread.py)."""
+    from asr_transformer.inference import reread
+
+    pad, size = recognizer.options.speech_pad, recognizer.options.batch_size
+    stretches = [(k, reread.cut(window, start, end, pad)) for k, (window, result) in enumerate(zip(windows, results))
+                 if result is not None and window.gaps for start, end in reread.skipped(window, result["words"])]
+    found: dict[int, list[tuple[float, dict]]] = {}
+    for b in range(0, len(stretches), size):
+        batch = stretches[b:b + size]
+        for (k, stretch), result in zip(batch, _decode_batch(recognizer, [s for _, s in batch], speaker, True,
+                                                             reread=False)):
+            if result is not None:
+                found.setdefault(k, []).append((stretch.start, result))
+    return [reread.spliced(r, found[k]) if k in found else r for k, r in enumerate(results)]
 
 
 def _decode_conditioned(recognizer, batch: list[Segment], speaker, word_timestamps: bool,
