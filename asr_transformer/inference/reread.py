@@ -7,7 +7,8 @@ window's speech with no word timed in it, holding a part of at least MIN_SKIPPED
 skipped: it is cut out of the window, decoded alone, and its words are put in where it lies. Shorter stretches are
 left as they are: bursts of noise the detector took for speech are that short (0.3-0.7 s on the Kathleen recipe's
 long recordings, several in a row inside one noise), and give no words rightly. A model package does this in
-`transcribe` with Silero's detector (DETECTORS); an export (ONNX, no attention weights to time words by) reads its windows as they are.
+`transcribe` with Silero's detector (DETECTORS); an export (ONNX, no attention weights to time words by) reads
+its windows as they are.
 """
 
 from __future__ import annotations
