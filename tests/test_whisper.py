@@ -313,12 +313,9 @@ def test_transcribe_reads_a_whisper_model_whole_windows_as_decode_does(reference
     wave = np.concatenate(parts).astype(np.float32)
     sf.write(tmp_path / "a.wav", wave, 16000, subtype="FLOAT")
     rec = Recognizer(package, device="cpu", threads=1, mode="greedy", vad="energy")  # tones: not Silero's speech
-    with monkeypatch.context() as no_rereading:
-        no_rereading.setattr(reread, "MIN_SKIPPED", float("inf"))
-        result = rec.transcribe(str(tmp_path / "a.wav"))
+    result = rec.transcribe(str(tmp_path / "a.wav"))  # the energy detector's windows are read as they are
     assert len(result["segments"]) == 1 and result["segments"][0]["end"] > 7.0
     assert result["text"] == rec.recognize_arrays([wave])[0] != ""
-    assert rec.transcribe(str(tmp_path / "a.wav"))["text"] == result["text"]  # the energy detector: as it is
     monkeypatch.setattr(reread, "DETECTORS", ("energy",))  # tones are no speech to Silero: read the energy's again
     reread_text = rec.transcribe(str(tmp_path / "a.wav"))["text"]  # this random model times no word in a tone
     assert len(reread_text.split()) > len(result["text"].split())
