@@ -33,6 +33,7 @@ import numpy as np
 
 from asr_transformer.data.audio import SAMPLE_RATE
 from asr_transformer.data.audio_stream import AudioSource, AudioStream
+from asr_transformer.inference import reread
 from asr_transformer.inference.energy_vad import SILENT_DB
 from asr_transformer.malloc import release_free_memory
 from asr_transformer.inference.segmenter import MAX_SEGMENT, Segment, VadOptions, pieces
@@ -234,16 +235,12 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None, word_timest
 
 def _rereads(recognizer) -> bool:
     """Whether the recognizer's voice detector is one whose skipped speech is read again (reread.DETECTORS)."""
-    from asr_transformer.inference import reread
-
     return VadOptions.of(recognizer.options).kind in reread.DETECTORS
 
 
 def _with_skipped_speech(recognizer, windows: list[Segment], results: list[dict | None], speaker) -> list[dict | None]:
     """`results` of `windows` with the speech each window with text skipped decoded alone and put in where it
     lies (inference/reread.py)."""
-    from asr_transformer.inference import reread
-
     pad, size = recognizer.options.speech_pad, recognizer.options.batch_size
     stretches = [(k, reread.cut(window, start, end, pad)) for k, (window, result) in enumerate(zip(windows, results))
                  if result is not None and window.gaps for start, end in reread.skipped(window, result["words"])]
