@@ -226,6 +226,10 @@ class DecodeConfig:
     # Whisper packages: a window whose no-speech probability is above this and whose tokens average a
     # log-probability below `logprob_threshold` gives no text (whisper's silence check; 1: off)
     no_speech_threshold: float = 0.6
+    # packages with a CTC head: a window whose CTC tokens average a posterior below this and whose tokens average a
+    # log-probability below `logprob_threshold` gives no text (the same silence check, CTC's confidence in place of
+    # Whisper's no-speech token; 0: off)
+    ctc_confidence_threshold: float = 0.0
     # the voice detector that cuts `transcribe`'s audio into segments (inference/segmenter.py): silero (neural; the
     # vad extra), energy (levels), none (all of it, in pieces), auto (silero where installed, else energy); the
     # speech probability that starts speech (silero), and in seconds: the least speech that makes a segment, the
@@ -498,6 +502,7 @@ RANGES = [
     ("decode.logprob_threshold", lambda v: v <= 0, "≤ 0"),
     ("decode.compression_ratio_threshold", lambda v: v >= 1, "≥ 1"),
     ("decode.no_speech_threshold", lambda v: 0 <= v <= 1, "in [0, 1] (1: off)"),
+    ("decode.ctc_confidence_threshold", lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
     ("decode.vad", lambda v: v in VAD_DETECTORS, "one of " + ", ".join(VAD_DETECTORS)),
     ("decode.vad_threshold", lambda v: 0 < v < 1, "in (0, 1)"),
     ("decode.min_speech", lambda v: 0 <= v < float("inf"), "≥ 0 seconds"),

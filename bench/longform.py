@@ -9,8 +9,9 @@ Each recording takes the manifest's utterances in order (never training ones: gi
 `--minutes` of audio. Before each utterance: a pause of 0.4–2.5 s of faint noise (−60 dBFS), and before every
 third one a non-speech insert of 2–6 s made of the `--sounds` files (alarms, bells, phones, test signals, …, at
 speech level) or, every other time, generated noise (white or brown) as loud as the speech. Each utterance gets a
-gain of −12 to +6 dB, and every recording a DC offset of 0.01. `--noise-minutes` more of the same pauses and
-inserts without any speech make the non-speech recording.
+gain of −12 to +6 dB, and every recording a DC offset of 0.01. `--repeats N` places the utterances N times, each
+time with other pauses, gains and inserts. `--noise-minutes` more of the same pauses and inserts without any
+speech make the non-speech recording.
 
 Reported per detector, each in a fresh process (its peak resident memory): WER and CER of the whole recordings'
 text (toolkit and Whisper's normalizer) beside the same utterances decoded one by one (`recognize_arrays`, the
@@ -223,6 +224,8 @@ def main(argv=None) -> dict:
     p.add_argument("--sounds", type=Path, help="a folder of non-speech recordings (any format soundfile reads)")
     p.add_argument("--minutes", type=float, default=7.5, help="length of each recording (the last one: what is left)")
     p.add_argument("--noise-minutes", type=float, default=5.0, help="length of the recording without speech (0: none)")
+    p.add_argument("--repeats", type=int, default=1, help="place the utterances this many times, each time with "
+                   "other pauses, gains and inserts (more recordings: a steadier measure)")
     p.add_argument("--vads", default="energy,silero", help="detectors to compare, comma-separated")
     p.add_argument("--max-windows", default="", help="Whisper: window lengths to compare, comma-separated seconds "
                    "(0: the model's whole window; default: the package's)")
@@ -235,13 +238,17 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     sounds = [load_audio(f) for f in sorted(args.sounds.iterdir()) if f.suffix in AUDIO] if args.sounds else []
     options = decoding_options(args.option)
-    recordings, silent = build(read_manifest(args.manifest), sounds, args.minutes, args.noise_minutes)
+    utts = read_manifest(args.manifest)
+    recordings, silent = build(utts, sounds, args.minutes, args.noise_minutes)
+    for seed in range(1, args.repeats):
+        recordings += build(utts, sounds, args.minutes, seed=seed)[0]
     result = {"command": command_line("longform.py", argv or sys.argv[1:]),
               "model": in_repository(args.model), "manifest": in_repository(args.manifest),
               "recordings": len(recordings),
               "minutes": round(sum(r["audio"].size for r in recordings) / SAMPLE_RATE / 60, 1),
               "inserts": sum(len(r["inserts"]) for r in recordings), "sounds": len(sounds),
-              "utterances": sum(len(r["waves"]) for r in recordings), "options": options, "cpu": cpu_name(),
+              "utterances": sum(len(r["waves"]) for r in recordings), "repeats": args.repeats, "options": options,
+              "cpu": cpu_name(),
               "threads": args.threads}
     if args.one_by_one:
         result["one_by_one"] = _in_own_process(one_by_one, args.model, recordings, args.threads, options)

@@ -120,7 +120,10 @@ def longform_tables(runs: list[dict]) -> list[str]:
     lines = ["", "### Long recordings: voice detectors"] if runs else []
     for run in runs:
         alone, row0 = run.get("one_by_one"), run["rows"][0]
-        lines += ["", f"`{run['command']}`: {run['utterances']} test utterances joined in order into "
+        repeats = run.get("repeats", 1)
+        placed = (f" ({run['utterances'] // repeats} placed {repeats} times, each time with other pauses, gains and "
+                  "inserts)" if repeats > 1 else "")
+        lines += ["", f"`{run['command']}`: {run['utterances']} test utterances{placed} joined in order into "
                   f"{run['recordings']} recordings ({run['minutes']:g} minutes in all) with pauses, level changes of "
                   f"−12 to +6 dB, a DC offset and {run['inserts']} non-speech inserts of 2–6 s at speech level "
                   f"({run['sounds']} alarm, bell, phone and signal sounds from Debian's sound-theme-freedesktop, and "

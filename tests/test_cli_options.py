@@ -96,6 +96,7 @@ def test_a_package_stores_every_field(tiny_package, tmp_path):
                   hotword_score=1.5, numbers="words", temperature=0.1, temperature_increment=0.3,
                   logprob_threshold=-0.8, compression_ratio_threshold=2.0, vad="energy", vad_threshold=0.6,
                   min_speech=0.1, min_silence=0.5, speech_pad=0.3, no_speech_threshold=0.5, max_window=12.0,
+                  ctc_confidence_threshold=0.6,
                   condition_on_previous_text=True)
     assert set(values) | {"hotwords", "language", "initial_prompt"} == {f.name for f in fields(DecodeConfig)}
     args = ["package", str(tiny_package / "model.pt"), "-o", str(tmp_path / "p.pt"), "--hotword", "one two"]

@@ -398,6 +398,47 @@ def test_fallback_tries_failed_windows_hotter_and_keeps_the_best_try():
     assert fall_back(first, decode_at, looping, o)[2] == [first[2][0]]  # the best try that does not loop
 
 
+def test_ctc_silence_empties_the_windows_ctc_and_the_decoder_are_both_unsure_of():
+    from asr_transformer.decode import Hypothesis as H
+    from asr_transformer.decode.fallback import ctc_silence
+
+    o = DecodeConfig(ctc_confidence_threshold=0.7, logprob_threshold=-1.0)
+    confidence = torch.tensor([[0.5, 0.6, 0.0], [0.5, 0.6, 0.0], [0.9, 0.8, 0.7], [0.0, 0.0, 0.0]])
+    lengths = torch.tensor([2, 2, 3, 0])
+    results = [[H([4, 5], -9.0, {"att": -6.0})],  # CTC unsure (0.55), decoder too (−2 a token): silent
+               [H([4, 5], -2.0, {"att": -1.5}), H([4], -3.0, {"att": -2.0})],  # decoder sure (−0.5): kept, n-best too
+               [H([4, 5, 6], -20.0, {"att": -20.0})],  # CTC sure (0.8): kept
+               [H([7], -5.0, {"att": -5.0})]]  # CTC hears no token (0), decoder unsure: silent
+    out = ctc_silence(results, confidence, lengths, o)
+    assert [[h.tokens for h in n] for n in out] == [[[]], [[4, 5], [4]], [[4, 5, 6]], [[]]]
+    assert [n[0].parts["ctc_confidence"] for n in out] == pytest.approx([0.55, 0.55, 0.8, 0.0])
+    assert out[0][0].parts["att"] == -6.0  # what the window would have said stays in its parts
+    off = ctc_silence(results, confidence, lengths, DecodeConfig())  # threshold 0: nothing is silent
+    assert [[h.tokens for h in n] for n in off] == [[h.tokens for h in n] for n in results]
+
+
+@pytest.mark.parametrize("mode", ["joint", "greedy", "ctc", "maskctc"])
+def test_recognize_silences_the_windows_below_the_ctc_confidence_threshold(mode):
+    """With ctc_confidence_threshold, every mode gives no text for the windows whose CTC best path averages a
+    lower confidence (the decoder's check is passed by logprob_threshold 0) and the same as without it for the
+    others; each best hypothesis carries its confidence, that of `ctc_greedy`'s path."""
+    from asr_transformer.decode.ctc_prefix import ctc_greedy
+
+    m = make_model()
+    feats, lens = make_batch()
+    plain = recognize(m, feats, lens, opts(mode, beam=3))
+    with torch.no_grad():
+        enc, enc_lens = m.encode(feats, lens)
+        path = ctc_greedy(m.ctc_log_probs(enc), enc_lens)
+    means = [float(path.confidence[b, :n].mean()) if n else 0.0 for b, n in enumerate(path.lengths.tolist())]
+    cut = float(np.mean(sorted(means)[:2]))  # between the lowest two
+    gated = recognize(m, feats, lens, opts(mode, beam=3, ctc_confidence_threshold=cut, logprob_threshold=0.0))
+    assert [n[0].parts["ctc_confidence"] for n in gated] == pytest.approx(means)
+    expected = [[] if c < cut else n[0].tokens for n, c in zip(plain, means)]
+    assert [n[0].tokens for n in gated] == expected
+    assert any(c < cut and n[0].tokens for n, c in zip(plain, means)) and any(expected)
+
+
 def test_recognizer_falls_back_on_a_looping_window(tiny_package):
     """End to end: a window whose greedy text loops is sampled again, and what it keeps is what decoding at that
     temperature gives; a window that passes is left as the search gave it."""

@@ -181,6 +181,24 @@ def test_exported_recognizer_writes_the_package_transcripts(exported, tone_corpu
     np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-3)
 
 
+def test_an_export_silences_the_windows_the_package_silences(exported, tone_corpus):
+    """ctc_confidence_threshold between the windows' CTC confidences: the export empties the windows the package
+    empties, and gives the others as it does."""
+    root, _ = exported
+    waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
+    checks = dict(mode="joint", length_penalty=3.0, logprob_threshold=0.0)
+    seen = Recognizer(root / "model.pt", device="cpu", threads=1, ctc_confidence_threshold=1e-9, **checks)
+    means = sorted(h.parts["ctc_confidence"] for h in seen.decode_waves(waves))
+    cut = float(np.mean(means[len(means) // 2 - 1:len(means) // 2 + 1]))  # half of them below
+    package = Recognizer(root / "model.pt", device="cpu", threads=1, ctc_confidence_threshold=cut, **checks)
+    onnx = ExportedRecognizer(root / "onnx", threads=1, ctc_confidence_threshold=cut, **checks)
+    want, got = package.decode_waves(waves), onnx.decode_waves(waves)
+    assert [h.tokens for h in got] == [h.tokens for h in want]
+    assert any(not h.tokens for h in want) and any(h.tokens for h in want)
+    np.testing.assert_allclose([h.parts["ctc_confidence"] for h in got], [h.parts["ctc_confidence"] for h in want],
+                               atol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def exported_with_lms(exported, tone_corpus):
     """The `exported` package with a token 3-gram, a word bigram and hotwords among its defaults, and its export."""

@@ -56,6 +56,9 @@ HELP = {
     "compression_ratio_threshold": "Fallback when a window's text compresses (gzip) by more than this: a loop.",
     "no_speech_threshold": "Whisper packages: a window whose no-speech probability is above this and whose tokens "
                            "average a log-probability below --logprob-threshold gives no text (1: off).",
+    "ctc_confidence_threshold": "Packages with a CTC head: a window whose CTC tokens average a posterior below "
+                                "this and whose tokens average a log-probability below --logprob-threshold gives "
+                                "no text (0: off).",
     "vad": "Voice detector that cuts the audio into segments: silero (neural: tells speech from noise and music; "
            "pip install 'asr-transformer[vad]'), energy (levels), none (all the audio, in pieces), auto (silero "
            "where installed, else energy).",

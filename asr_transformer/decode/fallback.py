@@ -11,6 +11,13 @@ them if every one loops), the one of the highest average log-probability.
 <|startoftranscript|>, among Whisper's own ids (the window's no-speech probability). A window whose no-speech probability is above
 `no_speech_threshold` and whose tokens average a log-probability below `logprob_threshold` gives no text; every
 window's best hypothesis carries its probability (`parts["no_speech_prob"]`).
+
+`ctc_silence` is the same check for a model with a CTC head, which has no no-speech token: there CTC's confidence
+stands in for it, the posterior of each token of CTC's best path at its surest frame, averaged over the window's
+tokens (0 where CTC hears none). A window whose CTC confidence is below `ctc_confidence_threshold` and whose best
+hypothesis averages a log-probability below `logprob_threshold` gives no text: a bell or a burst of noise that the
+voice detector let through, which the model still writes words for, hesitantly. Every window's best hypothesis
+carries its confidence (`parts["ctc_confidence"]`).
 """
 
 from __future__ import annotations
@@ -92,4 +99,25 @@ def no_speech(model, enc, enc_lens, results: list[list[Hypothesis]], ids: tuple[
             out.append([Hypothesis([], best.score, {**best.parts, "no_speech_prob": p})])
         else:
             out.append([Hypothesis(best.tokens, best.score, {**best.parts, "no_speech_prob": p}), *hyps[1:]])
+    return out
+
+
+def ctc_silence(results: list[list[Hypothesis]], confidence, lengths, opts: DecodeConfig) -> list[list[Hypothesis]]:
+    """results: per window its n-best; confidence (B, L) and lengths (B,): CTC's best path per window, each token's
+    posterior at its surest frame (`ctc_prefix.ctc_greedy`, `maskctc.greedy_with_confidence`; tensors or arrays).
+    → the same, each best hypothesis with parts["ctc_confidence"], and a window judged silent as one empty
+    hypothesis."""
+    out = []
+    for b, hyps in enumerate(results):
+        n = int(lengths[b])
+        mean = float(sum(float(c) for c in confidence[b][:n]) / n) if n else 0.0
+        if not hyps:
+            out.append(hyps)
+            continue
+        best = hyps[0]
+        parts = {**best.parts, "ctc_confidence": mean}
+        if best.tokens and mean < opts.ctc_confidence_threshold and average_log_prob(best) < opts.logprob_threshold:
+            out.append([Hypothesis([], best.score, parts)])
+        else:
+            out.append([Hypothesis(best.tokens, best.score, parts), *hyps[1:]])
     return out

@@ -23,6 +23,7 @@ import numpy as np
 
 from asr_transformer.config import DecodeConfig, from_dict, max_output_tokens
 from asr_transformer.decode import Hypothesis
+from asr_transformer.decode.fallback import ctc_silence
 from asr_transformer.decode.fusion import BIASED_MODES, LM_MODES, fused_lms, fusion_lm, read_lm, transcriber
 from asr_transformer.decode.maskctc import fill_masks, greedy_with_confidence, with_sos
 from asr_transformer.errors import DecodeError, UserError
@@ -263,7 +264,16 @@ class ExportedRecognizer:
 
     def _search(self, ctc: np.ndarray, enc_lens: np.ndarray, cross: list, opts: DecodeConfig) -> list[Hypothesis]:
         """A batch's encoder outputs (`encode`) → the best hypothesis of each utterance with `opts`, as
-        `search.recognize` finds it."""
+        `search.recognize` finds it (the windows its CTC head is unsure of silent, as there)."""
+        best = self._search_mode(ctc, enc_lens, cross, opts)
+        if opts.ctc_confidence_threshold <= 0 or ctc is None or int(enc_lens.max()) == 0:
+            return best
+        _, lengths, confidence, _ = greedy_with_confidence(ctc, enc_lens)
+        return [hyps[0] for hyps in ctc_silence([[h] for h in best], confidence, lengths, opts)]
+
+    def _search_mode(self, ctc: np.ndarray, enc_lens: np.ndarray, cross: list,
+                     opts: DecodeConfig) -> list[Hypothesis]:
+        """`_search` before the silence check."""
         B, mode = len(enc_lens), opts.mode
         lm = self.fusion if mode in LM_MODES else None
         context = self.context if mode in BIASED_MODES else None

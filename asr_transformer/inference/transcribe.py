@@ -223,6 +223,8 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None, word_timest
             out[-1]["temperature"] = best.parts["temperature"]
         if "no_speech_prob" in best.parts:  # a Whisper package's silence check (decode/fallback.py)
             out[-1]["no_speech_prob"] = round(best.parts["no_speech_prob"], 4)
+        if "ctc_confidence" in best.parts:  # a CTC head's silence check (decode/fallback.py)
+            out[-1]["ctc_confidence"] = round(best.parts["ctc_confidence"], 4)
         if timed:
             out[-1]["words"] = _words(recognizer, s, best.tokens, text, lp)
     release_free_memory()  # what this batch freed: a long file's peak stays about one batch's
