@@ -22,3 +22,8 @@ class Hypothesis:
     tokens: list[int]
     score: float
     parts: dict[str, float] = field(default_factory=dict)  # e.g. {"ctc": …, "att": …} where known
+
+
+def average_log_prob(h: Hypothesis) -> float:
+    """A hypothesis' attention log-probability per token, <eos> counted (whisper's avg_logprob)."""
+    return h.parts.get("att", h.score) / (len(h.tokens) + 1)

@@ -26,8 +26,7 @@ import zlib
 from typing import Callable
 
 from asr_transformer.config import DecodeConfig
-from asr_transformer.decode import Hypothesis
-from asr_transformer.decode.greedy import average_log_prob
+from asr_transformer.decode import Hypothesis, average_log_prob
 from asr_transformer.tokens import NUM_SPECIAL
 
 

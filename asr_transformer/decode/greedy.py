@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from asr_transformer.decode import Hypothesis
+from asr_transformer.decode import Hypothesis, average_log_prob
 from asr_transformer.model.mask import lengths_to_mask
 from asr_transformer.tokens import BLANK, EOS, MASK, SOS
 
@@ -107,8 +107,3 @@ def sample_search(model, enc: torch.Tensor, enc_lens: torch.Tensor, temperature:
                 for [h] in drawn[b * samples:(b + 1) * samples]]
         out.append(sorted(hyps, key=average_log_prob, reverse=True))
     return out
-
-
-def average_log_prob(h: Hypothesis) -> float:
-    """A hypothesis' attention log-probability per token, <eos> counted (whisper's avg_logprob)."""
-    return h.parts.get("att", h.score) / (len(h.tokens) + 1)
