@@ -248,8 +248,7 @@ def main(argv=None) -> dict:
               "minutes": round(sum(r["audio"].size for r in recordings) / SAMPLE_RATE / 60, 1),
               "inserts": sum(len(r["inserts"]) for r in recordings), "sounds": len(sounds),
               "utterances": sum(len(r["waves"]) for r in recordings), "repeats": args.repeats, "options": options,
-              "cpu": cpu_name(),
-              "threads": args.threads}
+              "cpu": cpu_name(), "threads": args.threads}
     if args.one_by_one:
         result["one_by_one"] = _in_own_process(one_by_one, args.model, recordings, args.threads, options)
         print(json.dumps(result["one_by_one"]), flush=True)

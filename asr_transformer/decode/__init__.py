@@ -25,5 +25,6 @@ class Hypothesis:
 
 
 def average_log_prob(h: Hypothesis) -> float:
-    """A hypothesis' attention log-probability per token, <eos> counted (whisper's avg_logprob)."""
+    """A hypothesis' attention log-probability per token, <eos> counted (whisper's avg_logprob); its score per
+    token where it has no attention part (the ctc mode's)."""
     return h.parts.get("att", h.score) / (len(h.tokens) + 1)
