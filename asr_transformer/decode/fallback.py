@@ -88,17 +88,8 @@ def no_speech(model, enc, enc_lens, results: list[list[Hypothesis]], ids: tuple[
     enc_mask = torch.arange(enc.size(1), device=enc.device) < enc_lens.to(enc.device).unsqueeze(1)
     logits = model.decoder.after_prompt_token(enc, enc_mask, start)[:, NUM_SPECIAL:]  # over Whisper's own ids
     probs = torch.softmax(logits, dim=-1)[:, token - NUM_SPECIAL].tolist()
-    out = []
-    for hyps, p in zip(results, probs):
-        if not hyps:
-            out.append(hyps)
-            continue
-        best = hyps[0]
-        if p > opts.no_speech_threshold and average_log_prob(best) < opts.logprob_threshold:
-            out.append([Hypothesis([], best.score, {**best.parts, "no_speech_prob": p})])
-        else:
-            out.append([Hypothesis(best.tokens, best.score, {**best.parts, "no_speech_prob": p}), *hyps[1:]])
-    return out
+    return _silenced(results, "no_speech_prob", probs, lambda best, p: p > opts.no_speech_threshold
+                     and average_log_prob(best) < opts.logprob_threshold)
 
 
 def ctc_silence(results: list[list[Hypothesis]], confidence, lengths, opts: DecodeConfig) -> list[list[Hypothesis]]:
@@ -106,16 +97,23 @@ def ctc_silence(results: list[list[Hypothesis]], confidence, lengths, opts: Deco
     posterior at its surest frame (`ctc_prefix.ctc_greedy`, `maskctc.greedy_with_confidence`; tensors or arrays).
     → the same, each best hypothesis with parts["ctc_confidence"], and a window judged silent as one empty
     hypothesis."""
+    means = [float(confidence[b, :n].mean()) if n else 0.0 for b, n in enumerate(map(int, lengths))]
+    return _silenced(results, "ctc_confidence", means, lambda best, mean: bool(best.tokens)
+                     and mean < opts.ctc_confidence_threshold and average_log_prob(best) < opts.logprob_threshold)
+
+
+def _silenced(results: list[list[Hypothesis]], key: str, values: list[float],
+              silent: Callable[[Hypothesis, float], bool]) -> list[list[Hypothesis]]:
+    """Each window's best hypothesis with parts[key] = its value; a window whose best is `silent` with its value
+    as one empty hypothesis (the silence checks above)."""
     out = []
-    for b, hyps in enumerate(results):
-        n = int(lengths[b])
-        mean = float(sum(float(c) for c in confidence[b][:n]) / n) if n else 0.0
+    for hyps, value in zip(results, values):
         if not hyps:
             out.append(hyps)
             continue
         best = hyps[0]
-        parts = {**best.parts, "ctc_confidence": mean}
-        if best.tokens and mean < opts.ctc_confidence_threshold and average_log_prob(best) < opts.logprob_threshold:
+        parts = {**best.parts, key: value}
+        if silent(best, value):
             out.append([Hypothesis([], best.score, parts)])
         else:
             out.append([Hypothesis(best.tokens, best.score, parts), *hyps[1:]])
