@@ -56,6 +56,14 @@ class AugmentConfig:
     # utterances otherwise writes words into the pauses a voice detector leaves around speech
     silence_prob: float = 0.0
     silence_seconds: float = 0.5
+    # non-speech sounds beside the speech: that share of utterances per epoch gets, on one side (drawn), beyond its
+    # silence, 0.5 s to sound_seconds of clips from the folder `sounds` (real recordings: bells, jingles, ring tones;
+    # any format soundfile reads), drawn and joined, at sound_db dB of the speech's RMS (uniform in [low, high]); the
+    # transcript stays the same (data/sounds.py). A model that never heard such sounds writes words into them
+    sounds: str = ""
+    sound_prob: float = 0.0
+    sound_seconds: float = 3.0
+    sound_db: list[float] = field(default_factory=lambda: [-10.0, 5.0])
 
 
 @dataclass
@@ -423,6 +431,9 @@ RANGES = [
     ("augment.noise_prob", _probability, "in [0, 1]"),
     ("augment.noise_snr", lambda v: len(v) == 2 and v[0] <= v[1], "[low, high] in dB, low ≤ high"),
     ("augment.own_mean_prob", _probability, "in [0, 1]"),
+    ("augment.sound_prob", _probability, "in [0, 1]"),
+    ("augment.sound_seconds", lambda v: v >= 0.5, "≥ 0.5 (the shortest stretch of sound)"),
+    ("augment.sound_db", lambda v: len(v) == 2 and v[0] <= v[1], "[low, high] in dB, low ≤ high"),
     ("augment.eq_prob", _probability, "in [0, 1]"),
     ("augment.eq_db", lambda v: v >= 0, "≥ 0"),
     ("augment.freq_masks", lambda v: v >= 0, "≥ 0"),
@@ -537,6 +548,8 @@ def validate(cfg: Config, where: str = "config") -> None:
         if _outside(ok, allowed, value) is not None:
             fail(key, value, allowed)
     m, d = cfg.model, cfg.data
+    if cfg.augment.sound_prob > 0 and not cfg.augment.sounds:
+        fail("augment.sound_prob", cfg.augment.sound_prob, "0 unless augment.sounds names a folder of sounds")
     if m.d_model % m.heads:
         fail("model.heads", m.heads, f"a divisor of model.d_model={m.d_model}")
     if m.interctc_layer >= m.encoder_layers:

@@ -339,14 +339,14 @@ def test_training_goes_on_past_an_unreadable_utterance(tone_corpus, tmp_path, ca
 
 
 def test_silence_around_utterances_is_drawn_per_epoch_and_planned_by_the_sampler(corpus):
-    from asr_transformer.data.loader import margin_frames, silence_frames
+    from asr_transformer.data.loader import Margins, margin_frames, silence_frames
 
     utts, tok = corpus
     kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)
     aug = AugmentConfig(speed_factors=[0.9, 1.0, 1.1], silence_prob=0.5, silence_seconds=0.3, freq_masks=0,
                         time_masks=0)
     margins = margin_frames(aug, FeatureConfig())
-    assert margins == (0.5, 30)
+    assert margins == Margins(0.5, 30)
     draws = [silence_frames(margins, 7, e, i) for e in range(50) for i in range(4)]
     assert 0.35 < sum(d != (0, 0) for d in draws) / len(draws) < 0.65 and max(max(d) for d in draws) <= 30
     assert draws == [silence_frames(margins, 7, e, i) for e in range(50) for i in range(4)]  # (seed, epoch, utt)

@@ -1,7 +1,8 @@
 """Training and validation batches from manifests.
 
 Features are computed on the fly (when training, with the augmentations of AugmentConfig: speed perturbation,
-silence around the speech, vocal tract length perturbation, white noise, a random microphone, SpecAugment).
+silence and non-speech sounds around the speech, vocal tract length perturbation, white noise, a random microphone,
+SpecAugment).
 Batches are bounded by total feature frames, padding included (``batch × longest ≤ max_frames``),
 built from length-sorted utterances (bucketing) and shuffled per epoch from a seed. Augmentation
 randomness depends only on (seed, epoch, utterance), so results do not depend on worker count
@@ -19,6 +20,7 @@ import logging
 import random
 import sys
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -27,6 +29,7 @@ from asr_transformer.data.audio import AudioError, load_audio, load_utterance
 from asr_transformer.data.features import (add_noise, add_silence, fbank, num_frames, random_equalizer, spec_augment,
                                            speaker_means, speed_perturb)
 from asr_transformer.data.manifest import Utterance
+from asr_transformer.data.sounds import MIN_SOUND_SECONDS, load_sounds, rms, sound_stretch
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.frames import subsampled_length
 from asr_transformer.tokens import UNK
@@ -57,29 +60,65 @@ def vtlp_warp(warps, seed: int, epoch: int, index: int) -> float:
     return _pick(warps, seed, epoch, index, 4)
 
 
-def silence_frames(margins: tuple[float, int], seed: int, epoch: int, index: int) -> tuple[int, int]:
-    """The frames of silence utterance `index` gets before and after its audio in `epoch`: with chance margins[0],
-    each uniform in 0…margins[1] frames (augment.silence_prob, silence_seconds as frames), drawn by (seed, epoch,
-    index) alone; the dataset adds them, and the sampler batches the utterance with them."""
-    chance, most = margins
-    if chance <= 0 or most <= 0:
+class Margins(NamedTuple):
+    """What the silence and sounds around utterances are drawn from (`margin_frames`), in feature frames."""
+    silence_prob: float = 0.0  # augment.silence_prob
+    silence: int = 0  # the most silence on each side (augment.silence_seconds)
+    sound_prob: float = 0.0  # augment.sound_prob
+    sound: tuple[int, int] = (0, 0)  # the least and most sound on the one side that gets it
+
+    def most(self) -> int:
+        """The most frames an utterance gets around it."""
+        return 2 * self.silence + self.sound[1]
+
+
+def silence_frames(margins: Margins, seed: int, epoch: int, index: int) -> tuple[int, int]:
+    """The frames of silence utterance `index` gets before and after its audio in `epoch`: with chance
+    margins.silence_prob, each uniform in 0…margins.silence frames, drawn by (seed, epoch, index) alone; the dataset
+    adds them, and the sampler batches the utterance with them."""
+    if margins.silence_prob <= 0 or margins.silence <= 0:
         return 0, 0
     draw = _random(seed, epoch, index, 6)
-    if draw.random() >= chance:
+    if draw.random() >= margins.silence_prob:
         return 0, 0
-    return draw.randint(0, most), draw.randint(0, most)
+    return draw.randint(0, margins.silence), draw.randint(0, margins.silence)
 
 
-def margin_frames(augment: AugmentConfig | None, features: FeatureConfig) -> tuple[float, int]:
-    """(augment.silence_prob, augment.silence_seconds in feature frames): what `silence_frames` draws from."""
+def sound_frames(margins: Margins, seed: int, epoch: int, index: int) -> tuple[int, int]:
+    """The frames of non-speech sound utterance `index` gets before and after its audio and silence in `epoch`:
+    with chance margins.sound_prob, one side (drawn) gets margins.sound[0]…[1] frames, drawn by (seed, epoch, index)
+    alone."""
+    if margins.sound_prob <= 0:
+        return 0, 0
+    draw = _random(seed, epoch, index, 7)
+    if draw.random() >= margins.sound_prob:
+        return 0, 0
+    frames = draw.randint(*margins.sound)
+    return (frames, 0) if draw.random() < 0.5 else (0, frames)
+
+
+def margin_frames(augment: AugmentConfig | None, features: FeatureConfig) -> Margins:
+    """augment's silence and sound settings in feature frames: what `silence_frames` and `sound_frames` draw
+    from."""
     if augment is None:
-        return 0.0, 0
-    return augment.silence_prob, round(augment.silence_seconds * 1000 / features.frame_shift_ms)
+        return Margins()
+    per_second = 1000 / features.frame_shift_ms
+    sound = (round(MIN_SOUND_SECONDS * per_second), round(augment.sound_seconds * per_second))
+    silence = round(augment.silence_seconds * per_second) if augment.silence_prob > 0 else 0
+    return Margins(augment.silence_prob, silence, augment.sound_prob, sound if augment.sound_prob > 0 else (0, 0))
 
 
-def played_frames(frames: int, factor: float, silence: tuple[int, int]) -> int:
-    """Feature frames of an utterance of `frames` frames played `factor`× faster with `silence` frames around it."""
-    return perturbed_frames(frames, factor) + sum(silence)
+def around_frames(margins: Margins, seed: int, epoch: int, index: int) -> tuple[int, int]:
+    """The frames of silence and sound together that utterance `index` gets before and after its audio in
+    `epoch`."""
+    silence, sound = silence_frames(margins, seed, epoch, index), sound_frames(margins, seed, epoch, index)
+    return silence[0] + sound[0], silence[1] + sound[1]
+
+
+def played_frames(frames: int, factor: float, around: tuple[int, int]) -> int:
+    """Feature frames of an utterance of `frames` frames played `factor`× faster with `around` frames before and
+    after it."""
+    return perturbed_frames(frames, factor) + sum(around)
 
 
 def _pick(values, *key: int):
@@ -221,7 +260,9 @@ class UtteranceDataset(torch.utils.data.Dataset):
         self.noise_prob = augment.noise_prob if augment is not None else 0.0
         self.cache: dict[tuple[int, float, float], torch.Tensor] | None = {} if cache_audio else None
         self.held: dict[int, bytes] = {}  # audio files' bytes read from shards, by utterance (`item_from_bytes`)
-        self.margins = margin_frames(augment, features)  # silence around utterances (`silence_frames`)
+        self.margins = margin_frames(augment, features)  # silence and sounds around utterances (`around_frames`)
+        self.sounds = (load_sounds(augment.sounds, features.sample_rate) if self.margins.sound_prob > 0
+                       else [])  # augment.sounds' clips, unit RMS
         self.hop = int(features.sample_rate * features.frame_shift_ms / 1000)
         if self.noise_prob > 0:
             snr = augment.noise_snr
@@ -257,24 +298,39 @@ class UtteranceDataset(torch.utils.data.Dataset):
 
     def feats(self, index: int, factor: float = 1.0, snr: float | None = None,
               noise_rng: torch.Generator | None = None, warp: float = 1.0, silence: tuple[int, int] = (0, 0),
-              silence_rng: torch.Generator | None = None) -> torch.Tensor:
+              silence_rng: torch.Generator | None = None, sound: tuple[int, int] = (0, 0)) -> torch.Tensor:
         """Filterbank features (T, F) of utterance `index` played `factor`× faster, with `silence` frames of silence
-        before and after it (drawn from `silence_rng`), with white noise at `snr` dB (drawn from `noise_rng`) when
-        given, through a filterbank warped by `warp` (vocal tract length perturbation); features with noise or
-        silence are new every time, so never cached."""
+        before and after it and `sound` frames of the augment.sounds beyond that (both drawn from `silence_rng`),
+        with white noise at `snr` dB (drawn from `noise_rng`) when given, through a filterbank warped by `warp`
+        (vocal tract length perturbation); features with noise, silence or sound are new every time, so never
+        cached."""
         key = (index, factor, warp)
-        fixed = snr is None and not any(silence)
+        fixed = snr is None and not any(silence) and not any(sound)
         if fixed and self.cache is not None and key in self.cache:
             return self.cache[key]
         wave = speed_perturb(self.waveform(index), factor)
+        speech_level = rms(wave)
         if any(silence):
             wave = add_silence(wave, silence[0] * self.hop, silence[1] * self.hop, silence_rng)
+        if any(sound):
+            wave = self._add_sound(wave, sound, speech_level, silence_rng)
         if snr is not None:
             wave = add_noise(wave, snr, noise_rng)
         feats = fbank(wave, self.features, dither=self.dither, warp=warp)
         if fixed and self.cache is not None and self.dither == 0:
             self.cache[key] = feats
         return feats
+
+    def _add_sound(self, wave: torch.Tensor, sound: tuple[int, int], speech_level: float,
+                   rng: torch.Generator) -> torch.Tensor:
+        """`wave` (samples,) with `sound` frames of the augment.sounds before and after it, at augment.sound_db
+        of `speech_level` (the speech's RMS) → (sound[0] + samples + sound[1],)."""
+        low, high = self.augment.sound_db
+        db = low + (high - low) * float(torch.rand(1, generator=rng))
+        level = speech_level * 10 ** (db / 20)
+        before = sound_stretch(self.sounds, sound[0] * self.hop, level, rng)
+        after = sound_stretch(self.sounds, sound[1] * self.hop, level, rng)
+        return torch.cat([before.to(wave.dtype), wave, after.to(wave.dtype)])
 
     def _clean_feats(self, index: int) -> torch.Tensor:
         """`feats(index)`, or no frames (0, F) when the audio cannot be read (warned about: its speaker's mean
@@ -326,7 +382,9 @@ class UtteranceDataset(torch.utils.data.Dataset):
             snr = self.noise_snr(epoch, index)
             noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
             silence = silence_frames(self.margins, self.seed, epoch, index)
-            feats = self.feats(index, factor, snr, noise_rng, warp, silence, _generator(self.seed, epoch, index, 6))
+            sound = sound_frames(self.margins, self.seed, epoch, index)
+            feats = self.feats(index, factor, snr, noise_rng, warp, silence, _generator(self.seed, epoch, index, 6),
+                               sound)
             if self.augment.eq_prob > 0 and _random(self.seed, epoch, index, 5).random() < self.augment.eq_prob:
                 feats = random_equalizer(feats, self.augment.eq_db, _generator(self.seed, epoch, index, 5))
             if mean is not None and self.augment.own_mean_prob > 0:  # as if transcribed alone: its own mean
@@ -373,9 +431,9 @@ class FrameBatchSampler(torch.utils.data.Sampler):
 
     def __init__(self, frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
                  shuffle: bool = True, jitter: float = 0.1, rank: int = 0, world: int = 1,
-                 factors=(1.0,), margins: tuple[float, int] = (0.0, 0)):
+                 factors=(1.0,), margins: Margins = Margins()):
         """frames: feature frames of each utterance at its own speed; factors: speed perturbation factors;
-        margins: the silence added around utterances (`margin_frames`)."""
+        margins: the silence and sounds added around utterances (`margin_frames`)."""
         check_fits(frames, max_frames, factors, margins)
         self.frames, self.max_frames, self.max_batch, self.factors = frames, max_frames, max_batch, tuple(factors)
         self.margins = margins
@@ -384,7 +442,7 @@ class FrameBatchSampler(torch.utils.data.Sampler):
         self._planned: tuple[int, list[list[int]]] | None = None  # (epoch, its batches)
 
     def epoch_frames(self, epoch: int) -> list[int]:
-        """Each utterance's frames in `epoch`, at its speed factor, with its silence."""
+        """Each utterance's frames in `epoch`, at its speed factor, with its silence and sound."""
         return epoch_frames(self.frames, self.factors, self.margins, self.seed, epoch)
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -428,15 +486,15 @@ class FrameBatchSampler(torch.utils.data.Sampler):
             yield [(i, self.epoch) for i in batch]
 
 
-def check_fits(frames: list[int], max_frames: int, factors, margins: tuple[float, int]) -> None:
+def check_fits(frames: list[int], max_frames: int, factors, margins: Margins) -> None:
     """ValueError unless each utterance of `frames` fits a batch of `max_frames` alone, at its slowest speed factor
-    with the most silence `margins` can add."""
+    with the most silence and sound `margins` can add."""
     slowest = min(factors)
-    too_long = sum(not fits(1, perturbed_frames(n, slowest) + 2 * margins[1], max_frames, 1) for n in frames)
+    too_long = sum(not fits(1, perturbed_frames(n, slowest) + margins.most(), max_frames, 1) for n in frames)
     if too_long:
         raise ValueError(f"{too_long} utterances are longer than data.max_frames={max_frames} "
                          f"frames{' at speed ' + str(slowest) if slowest != 1.0 else ''}"
-                         f"{' with silence around them' if margins[1] else ''}; "
+                         f"{' with silence and sound around them' if margins.most() else ''}; "
                          f"raise data.max_frames or lower data.max_duration")
 
 
@@ -446,9 +504,9 @@ def fits(count: int, longest: int, max_frames: int, max_batch: int) -> bool:
     return count <= max_batch and round_up(longest, FRAME_MULTIPLE) * count <= max_frames
 
 
-def epoch_frames(frames: list[int], factors, margins: tuple[float, int], seed: int, epoch: int) -> list[int]:
-    """Each utterance's feature frames as `epoch` plays it: at its speed factor, with its silence margins."""
-    return [played_frames(n, speed_factor(factors, seed, epoch, i), silence_frames(margins, seed, epoch, i))
+def epoch_frames(frames: list[int], factors, margins: Margins, seed: int, epoch: int) -> list[int]:
+    """Each utterance's feature frames as `epoch` plays it: at its speed factor, with its silence and sound."""
+    return [played_frames(n, speed_factor(factors, seed, epoch, i), around_frames(margins, seed, epoch, i))
             for i, n in enumerate(frames)]
 
 

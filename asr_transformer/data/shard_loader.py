@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from asr_transformer.data.loader import Unreadable, UtteranceDataset, check_fits, collate, epoch_frames, fits
+from asr_transformer.data.loader import (Margins, Unreadable, UtteranceDataset, check_fits, collate, epoch_frames,
+                                         fits)
 from asr_transformer.data.shards import Shard, ShardError, read_shard
 
 
@@ -53,7 +54,7 @@ class ShardBatchSampler:
 
     def __init__(self, shards: list[list[int]], frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
                  buffer: int = 1000, buckets: int = 10, rank: int = 0, world: int = 1, workers: int = 0,
-                 factors=(1.0,), margins: tuple[float, int] = (0.0, 0)):
+                 factors=(1.0,), margins: Margins = Margins()):
         check_fits(frames, max_frames, factors, margins)
         if buffer < 1 or buckets < 1:
             raise ValueError(f"data.shuffle_buffer and data.buckets must be at least 1, got {buffer} and {buckets}")
