@@ -17,7 +17,7 @@ What it does, in one process (the trainer check in subprocesses):
    as the toolkit's FrameBatchSampler packs them. `--batches` distinct batches are made once, before timing,
    and cycled.
 2. Trains it `--steps` optimizer steps per precision (`--precisions`, default bf16 then fp16) from the same
-   initial weights: ASRModel's forward and losses, Adam as train/trainer.py builds it (betas 0.9/0.98, eps 1e-9,
+   initial weights: ASRModel's forward and losses, Adam as train/setup.py builds it (betas 0.9/0.98, eps 1e-9,
    fused), autocast, a GradScaler for fp16, gradient clipping at train.clip_grad, the trainer's step that skips
    non-finite gradients on the device (no host sync per step), the config's schedule and peak lr but a warmup of
    a third of the steps (the config's 15000 would keep lr near 0 for the whole check).
@@ -162,7 +162,7 @@ def train_one(cfg, precision: str, batches: list[dict], args, dev) -> tuple[dict
     sample = batches[0]["feats"][0, : int(batches[0]["feat_lens"][0])]
     model.set_cmvn(sample.mean(0).cpu(), sample.std(0).cpu())  # as `asr train`'s cmvn.json would give
     model.to(dev).train()
-    # as train/trainer.py `_build_model` builds them
+    # as train/setup.py `_build_model` builds them
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=tc.weight_decay,
                            fused=dev.type in ("cpu", "cuda"))
     scaler = torch.amp.GradScaler(dev.type, enabled=precision == "fp16")

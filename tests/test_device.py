@@ -9,7 +9,7 @@ import torch
 
 from asr_transformer.device import DeviceError, pick_device
 from asr_transformer.threads import ThreadsError, cpu_threads
-from asr_transformer.train import trainer
+from asr_transformer.train import setup, trainer
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_explicit_index_and_local_rank(fake_cuda, monkeypatch):
 
 @pytest.mark.parametrize("name", ["auto", "cuda", "cuda:1"])
 def test_trainer_setup_makes_the_indexed_device_current(fake_cuda, name):
-    dev, dist = trainer._place(name, threads=1)
+    dev, dist = setup.place(name, threads=1)
     assert dev.type == "cuda" and dev.index is not None and fake_cuda == [dev]
     assert dist.world == 1 and dist.backend == "nccl"
 
@@ -75,4 +75,4 @@ def test_threads(monkeypatch):
     with pytest.raises(ThreadsError, match="threads -1"):
         cpu_threads(-1)
     with pytest.raises(trainer.TrainError, match="threads -2"):
-        trainer._place("cpu", threads=-2)
+        setup.place("cpu", threads=-2)

@@ -319,7 +319,8 @@ def test_training_goes_on_past_an_unreadable_utterance(tone_corpus, tmp_path, ca
 
     from asr_transformer.config import load_config
     from asr_transformer.data.manifest import read_manifest, write_manifest
-    from asr_transformer.train.trainer import compute_cmvn, train
+    from asr_transformer.train.setup import compute_cmvn
+    from asr_transformer.train.trainer import train
 
     for name in ("dev.jsonl", "tokenizer"):
         (shutil.copytree if name == "tokenizer" else shutil.copy)(tone_corpus / name, tmp_path / name)

@@ -119,12 +119,13 @@ def test_killed_process_resumes_to_the_same_weights(tone_corpus, tmp_path):
 KILLED_AT = """
 import json, os, signal, sys
 from pathlib import Path
+import asr_transformer.train.run as run
 import asr_transformer.train.trainer as trainer
 from asr_transformer.config import load_config
 from asr_transformer.fileio import atomic_open
 
 corpus, exp, overrides, moment = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
-real_save = trainer.save_checkpoint
+real_save = run.save_checkpoint  # what saves last.pt
 
 
 def save(path, state, **kwargs):
@@ -139,7 +140,7 @@ def save(path, state, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-trainer.save_checkpoint = save
+run.save_checkpoint = save
 trainer.train(load_config(None, overrides), corpus / "train.jsonl", corpus / "dev.jsonl", corpus / "tokenizer", exp,
               device="cpu", threads=1)
 """

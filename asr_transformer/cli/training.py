@@ -70,7 +70,7 @@ def cmvn(
     out: Path = typer.Option(..., "--out", "-o", help="CMVN statistics file (JSON) to write."),
 ):
     """Global mean/variance statistics of the features over a manifest (one streaming pass)."""
-    from asr_transformer.train.trainer import compute_cmvn
+    from asr_transformer.train.setup import compute_cmvn
 
     frames = compute_cmvn(manifest, out)
     typer.echo(f"{out}: statistics over {frames} frames")
