@@ -548,8 +548,6 @@ def validate(cfg: Config, where: str = "config") -> None:
         if _outside(ok, allowed, value) is not None:
             fail(key, value, allowed)
     m, d = cfg.model, cfg.data
-    if cfg.augment.sound_prob > 0 and not cfg.augment.sounds:
-        fail("augment.sound_prob", cfg.augment.sound_prob, "0 unless augment.sounds names a folder of sounds")
     if m.d_model % m.heads:
         fail("model.heads", m.heads, f"a divisor of model.d_model={m.d_model}")
     if m.interctc_layer >= m.encoder_layers:

@@ -105,10 +105,9 @@ def test_a_missing_or_empty_sound_folder_or_no_folder_at_all_is_refused_by_name(
     (tmp_path / "empty" / "broken.wav").write_bytes(b"RIFF not really")
     with pytest.raises(UserError, match="broken.wav"):
         load_sounds(tmp_path / "empty", 16000)
+    with pytest.raises(UserError, match="augment.sounds names no folder"):
+        UtteranceDataset(kept, ids, tok, FeatureConfig(), AugmentConfig(sound_prob=0.3))
     cfg = Config()
-    cfg.augment.sound_prob = 0.3
-    with pytest.raises(ConfigError, match="augment.sound_prob=0.3: must be 0 unless augment.sounds names a folder"):
-        validate(cfg)
-    cfg.augment.sounds, cfg.augment.sound_seconds = "sounds", 0.2
+    cfg.augment.sounds, cfg.augment.sound_prob, cfg.augment.sound_seconds = "sounds", 0.3, 0.2
     with pytest.raises(ConfigError, match="augment.sound_seconds=0.2"):
         validate(cfg)

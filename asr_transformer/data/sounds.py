@@ -21,8 +21,11 @@ MIN_SOUND_SECONDS = 0.5  # the shortest stretch of sound an utterance gets
 
 def load_sounds(folder: str | Path, sample_rate: int) -> list[torch.Tensor]:
     """Every sound file under `folder` (recursively) → (samples,) float32 waveforms at `sample_rate`, each
-    scaled to an RMS of 1; silent files are left out. UserError naming the folder when it is missing or holds
-    no sound, or naming the file that cannot be read."""
+    scaled to an RMS of 1; silent files are left out. UserError naming the folder when none is named, it is
+    missing or it holds no sound, or naming the file that cannot be read."""
+    if not str(folder):
+        raise UserError("augment.sound_prob > 0 puts sounds beside the utterances, but augment.sounds names no folder "
+                        "of them: set it (`--set augment.sounds=FOLDER`) or set augment.sound_prob to 0")
     root = Path(folder)
     if not root.is_dir():
         raise UserError(f"augment.sounds: no folder {root}")
