@@ -48,6 +48,14 @@ CLEAN_MORE ?=
 # command line may replace.
 PRETRAINED ?=
 INIT_MODULES ?= encoder
+# TRAIN_SOUNDS: a folder of non-speech recordings that training puts beside a share of the utterances
+# (augment.sounds; augment.sound_prob says how many, e.g. TRAIN_SOUNDS=data/train_sounds
+# TRAIN_ARGS='--set augment.sound_prob=0.25'); empty (the default): none. $(DATA)/train_sounds is made below: jingles, chimes, instrument notes, a canary and water from the Debian packages TRAIN_SOUND_DEBS,
+# oxygen-sounds (LGPL-3.0+), yaru-theme-sound (CC-BY-SA-4.0), deepin-sound-theme (GPL-3+) and sound-icons (GPL-2+),
+# fetched with `apt-get download`. Oxygen's Im-Message-In is left out: it is also in sound-theme-freedesktop, whose
+# sounds the long-form benchmark plays (recipes/kathleen, `make longform`); no other of them is among those.
+TRAIN_SOUNDS ?=
+TRAIN_SOUND_DEBS = oxygen-sounds yaru-theme-sound deepin-sound-theme sound-icons
 
 .PHONY: all prepare tokenizer lm word_lm train average package decode score streaming plot clean
 
@@ -67,9 +75,20 @@ $(WORD_LM): $(TOKENIZER)/tokenizer.json $(WORD_LM_TEXT)
 	$(ASR) lm $(DATA)/$(TRAIN_SET).jsonl $(WORD_LM_TEXT) --tokenizer $(TOKENIZER) --order $(WORD_LM_ORDER) --words --out $@
 
 train: $(EXP)/train.done
-$(EXP)/train.done: $(TOKENIZER)/tokenizer.json $(CONF) $(PRETRAINED)
+$(EXP)/train.done: $(TOKENIZER)/tokenizer.json $(CONF) $(PRETRAINED) \
+                   $(if $(filter $(DATA)/train_sounds,$(TRAIN_SOUNDS)),$(DATA)/train_sounds/done)
 	$(ASR) train --data $(DATA) --tokenizer $(TOKENIZER) --train-manifest $(TRAIN_SET).jsonl --exp $(EXP) --config $(CONF) --threads $(THREADS) \
+		$(if $(TRAIN_SOUNDS),--set augment.sounds=$(TRAIN_SOUNDS)) \
 		$(if $(PRETRAINED),--set train.init_from=$(PRETRAINED) --set 'train.init_modules=[$(INIT_MODULES)]') $(TRAIN_ARGS)
+	touch $@
+
+$(DATA)/train_sounds/done:
+	mkdir -p $(DATA)/debs $(@D)
+	cd $(DATA)/debs && for p in $(TRAIN_SOUND_DEBS); do ls $${p}_*.deb >/dev/null 2>&1 || apt-get download $$p; done
+	for p in $(TRAIN_SOUND_DEBS); do \
+		dpkg-deb -x $$(ls $(DATA)/debs/$${p}_*.deb | head -1) $(DATA)/debs/$$p && mkdir -p $(@D)/$$p && \
+		find $(DATA)/debs/$$p/usr/share/sounds \( -name '*.ogg' -o -name '*.oga' -o -name '*.wav' \) \
+			! -name Oxygen-Im-Message-In.ogg -exec cp {} $(@D)/$$p \; ; done
 	touch $@
 
 average: $(EXP)/averaged.pt

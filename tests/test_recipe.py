@@ -28,6 +28,11 @@ def _results_module():
     return results
 
 
+def joined(steps: str) -> str:
+    """`make -n`'s commands with their continuation lines joined and runs of spaces made one."""
+    return " ".join(steps.replace("\\\n", " ").split())
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_default_recipe_in_miniature(tmp_path):
     pytest.importorskip("espeakng_loader", reason="the synthetic corpus needs espeakng-loader")
@@ -152,6 +157,25 @@ def test_kathleen_longform_joins_test_utterances_with_debians_sounds_and_no_spok
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_recipes_train_beside_other_packages_sounds_than_the_longform_bench_plays_when_asked(tmp_path):
+    def planned(*args):
+        steps = make_plan("kathleen", f"DATA={data}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen", "train",
+                          *args)
+        return joined(steps)
+
+    data = tmp_path / "data"
+    assert "augment.sounds" not in planned() and "oxygen-sounds" not in planned()  # none by default
+    steps = planned(f"TRAIN_SOUNDS={data}/train_sounds")
+    for package in ("oxygen-sounds", "yaru-theme-sound", "deepin-sound-theme", "sound-icons"):
+        assert package in steps
+    assert "sound-theme-freedesktop" not in steps  # the bench's sounds
+    assert "! -name Oxygen-Im-Message-In.ogg" in steps  # the one recording the two share
+    assert "--config conf/phone.yaml" in steps and f"--set augment.sounds={data}/train_sounds" in steps
+    steps = planned("TRAIN_SOUNDS=/my/sounds")  # a folder of one's own: passed on, nothing fetched
+    assert "--set augment.sounds=/my/sounds" in steps and "apt-get" not in steps
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told_not_to(tmp_path):
     def planned(*args):  # the character model's LM
         return make_plan("kathleen", f"DATA={tmp_path / 'data'}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen",
@@ -171,7 +195,7 @@ def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told
 def test_kathleen_recipe_spells_words_through_the_cmu_lexicon_with_phones_and_keeps_characters_elsewhere(tmp_path):
     def planned(*args):
         steps = make_plan("kathleen", f"DATA={data}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen", *args)
-        return " ".join(steps.replace("\\\n", " ").split())  # continuation lines joined
+        return joined(steps)
 
     data = tmp_path / "data"
     steps = planned()
