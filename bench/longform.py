@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr_transformer.data.audio import SAMPLE_RATE, load_audio, load_utterance  # noqa: E402
+from asr_transformer.data.audio import AUDIO_EXTENSIONS, SAMPLE_RATE, load_audio, load_utterance  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,7 +46,6 @@ from pause_edges import speech_edges  # noqa: E402
 from repo_paths import command_line, in_repository, report  # noqa: E402
 
 
-AUDIO = (".oga", ".ogg", ".wav", ".flac", ".mp3", ".opus")  # the --sounds files read
 DC_OFFSET = 0.01
 
 
@@ -236,7 +235,8 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", type=Path, help="write the result here")
     args = p.parse_args(argv)
-    sounds = [load_audio(f) for f in sorted(args.sounds.iterdir()) if f.suffix in AUDIO] if args.sounds else []
+    sounds = ([load_audio(f) for f in sorted(args.sounds.iterdir()) if f.suffix.lower() in AUDIO_EXTENSIONS]
+              if args.sounds else [])
     options = decoding_options(args.option)
     utts = read_manifest(args.manifest)
     recordings, silent = build(utts, sounds, args.minutes, args.noise_minutes)

@@ -50,7 +50,8 @@ PRETRAINED ?=
 INIT_MODULES ?= encoder
 # TRAIN_SOUNDS: a folder of non-speech recordings that training puts beside a share of the utterances
 # (augment.sounds; augment.sound_prob says how many, e.g. TRAIN_SOUNDS=data/train_sounds
-# TRAIN_ARGS='--set augment.sound_prob=0.25'); empty (the default): none. $(DATA)/train_sounds is made below: jingles, chimes, instrument notes, a canary and water from the Debian packages TRAIN_SOUND_DEBS,
+# TRAIN_ARGS='--set augment.sound_prob=0.25'); empty (the default): none. $(DATA)/train_sounds is made below:
+# jingles, chimes, instrument notes, a canary and water from the Debian packages TRAIN_SOUND_DEBS,
 # oxygen-sounds (LGPL-3.0+), yaru-theme-sound (CC-BY-SA-4.0), deepin-sound-theme (GPL-3+) and sound-icons (GPL-2+),
 # fetched with `apt-get download`. Oxygen's Im-Message-In is left out: it is also in sound-theme-freedesktop, whose
 # sounds the long-form benchmark plays (recipes/kathleen, `make longform`); no other of them is among those.

@@ -28,6 +28,12 @@ import soundfile as sf
 from asr_transformer.errors import UserError
 
 SAMPLE_RATE = 16000
+# File name endings treated as audio when a folder is read (corpora, augment.sounds); a file soundfile then cannot
+# read is reported by whoever reads it.
+AUDIO_EXTENSIONS = {
+    ".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".nist",
+    ".aif", ".aiff", ".au", ".snd", ".caf", ".w64", ".rf64",
+}
 MAX_PEAK = 100.0  # |sample| above this (float formats) is refused as out of range
 MAX_CHANNELS = 8  # an array handed over with more columns than this is not (samples, channels)
 TRUNCATION_SLACK = 0.01  # seconds a WAV may hold less than its header says

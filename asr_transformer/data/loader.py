@@ -309,7 +309,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
         if fixed and self.cache is not None and key in self.cache:
             return self.cache[key]
         wave = speed_perturb(self.waveform(index), factor)
-        speech_level = rms(wave)
+        speech_level = rms(wave) if any(sound) else 0.0  # the sound's level follows the speech's, not its silence
         if any(silence):
             wave = add_silence(wave, silence[0] * self.hop, silence[1] * self.hop, silence_rng)
         if any(sound):

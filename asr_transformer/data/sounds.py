@@ -12,10 +12,9 @@ from pathlib import Path
 
 import torch
 
-from asr_transformer.data.audio import AudioError, load_audio
+from asr_transformer.data.audio import AUDIO_EXTENSIONS, AudioError, load_audio
 from asr_transformer.errors import UserError
 
-SOUND_FILES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3")  # what `load_sounds` reads from a folder
 MIN_SOUND_SECONDS = 0.5  # the shortest stretch of sound an utterance gets
 
 
@@ -30,7 +29,7 @@ def load_sounds(folder: str | Path, sample_rate: int) -> list[torch.Tensor]:
     if not root.is_dir():
         raise UserError(f"augment.sounds: no folder {root}")
     clips = []
-    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in SOUND_FILES):
+    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS):
         try:
             wave = torch.from_numpy(load_audio(path, sample_rate=sample_rate, allow_silent=True))
         except AudioError as e:
@@ -39,7 +38,8 @@ def load_sounds(folder: str | Path, sample_rate: int) -> list[torch.Tensor]:
         if level > 0:
             clips.append(wave / level)
     if not clips:
-        raise UserError(f"augment.sounds: {root} holds no sound file ({', '.join(SOUND_FILES)}) that is not silent")
+        raise UserError(f"augment.sounds: {root} holds no sound file that is not silent (files ending in "
+                        f"{', '.join(sorted(AUDIO_EXTENSIONS))})")
     return clips
 
 
@@ -49,8 +49,8 @@ def rms(wave: torch.Tensor) -> float:
 
 
 def sound_stretch(clips: list[torch.Tensor], samples: int, level: float, rng: torch.Generator) -> torch.Tensor:
-    """`samples` samples of sound: clips drawn from `clips` (unit RMS) one after another, each from a random
-    start for the first, scaled to RMS `level` → (samples,)."""
+    """`samples` samples of sound: clips drawn from `clips` (unit RMS) one after another, the first from a random
+    start within it, scaled to RMS `level` → (samples,)."""
     parts, held = [torch.zeros(0)], 0
     while held < samples:
         clip = clips[int(torch.randint(len(clips), (1,), generator=rng))]

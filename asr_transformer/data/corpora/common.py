@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 
 from rich.console import Console
 
-from asr_transformer.data.audio import AudioError, audio_info
+from asr_transformer.data.audio import AUDIO_EXTENSIONS, AudioError, audio_info
 from asr_transformer.data.manifest import Utterance, total_hours, write_manifest
 from asr_transformer.fileio import current_umask, write_json
 from asr_transformer.progress import BYTES, progress_bar
@@ -36,11 +36,6 @@ from asr_transformer.errors import UserError
 SUMMARY_FORMAT = "asr-corpus-summary"
 SUMMARY_VERSION = 1
 
-# File name endings treated as audio; files soundfile then cannot read are skipped and counted.
-AUDIO_EXTENSIONS = {
-    ".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".nist",
-    ".aif", ".aiff", ".au", ".snd", ".caf", ".w64", ".rf64",
-}
 
 # How many skipped files of one kind are named on stderr before only counting.
 MAX_REPORTED_SKIPS = 10
