@@ -126,6 +126,10 @@ class ModelConfig:
     interctc_condition: bool = False
     label_smoothing: float = 0.1
     ctc: bool = True  # a CTC head on the encoder (an imported Whisper has none unless asked for)
+    # a no-speech head: a linear layer on the encoder's output averaged over a window, the probability that the window
+    # holds no speech (what Whisper's no-speech token gives Whisper; decode.no_speech_threshold). `asr no-speech`
+    # trains it on a package, the rest of the model frozen
+    no_speech_head: bool = False
     # Whisper's architecture, as options of the same blocks (`asr import whisper` sets them):
     frontend: str = "conv2d"  # conv2d (the subsampling above) | whisper (two Conv1d + GELU, time ×1/2)
     activation: str = "relu"  # of the Transformer blocks' feed-forward: relu | gelu
@@ -231,8 +235,9 @@ class DecodeConfig:
     temperature_increment: float = 0.0
     logprob_threshold: float = -1.0
     compression_ratio_threshold: float = 2.4
-    # Whisper packages: a window whose no-speech probability is above this and whose tokens average a
-    # log-probability below `logprob_threshold` gives no text (whisper's silence check; 1: off)
+    # Whisper packages and packages with a no-speech head (model.no_speech_head): a window whose no-speech probability
+    # is above this and whose tokens average a log-probability below `logprob_threshold` gives no text (whisper's
+    # silence check; 1: off)
     no_speech_threshold: float = 0.6
     # packages with a CTC head: a window whose CTC tokens average a posterior below this and whose tokens average a
     # log-probability below `logprob_threshold` gives no text (the same silence check, CTC's confidence in place of

@@ -100,10 +100,20 @@ $(EXP)/averaged.pt: $(EXP)/train.done
 # LM_LENGTH_PENALTY, and PACKAGE_ARGS: more `asr package` options) and the LMs it uses stored inside, so that
 # `asr decode`/`asr transcribe` need no flags.
 PACKAGE_ARGS ?=
+# NO_SPEECH_SOUNDS: a folder of recordings without speech; when set, the package gets a no-speech head learned from
+# them and the training utterances (`asr no-speech`, the rest of the model frozen; $(EXP)/headed.pt), and a segment
+# it takes for non-speech gives no text (by Whisper's rule: PACKAGE_ARGS may set `--no-speech-threshold`, 0.6, and
+# `--logprob-threshold`, -1). $(DATA)/train_sounds (TRAIN_SOUNDS above) is fetched when named. Empty (the default):
+# no head.
+NO_SPEECH_SOUNDS ?=
+PACKAGED = $(if $(NO_SPEECH_SOUNDS),$(EXP)/headed.pt,$(EXP)/averaged.pt)
 LMS = $(if $(filter-out 0,$(LM_ORDER)),$(LM)) $(if $(filter-out 0,$(WORD_LM_ORDER)),$(WORD_LM))
 package: $(EXP)/model.pt
-$(EXP)/model.pt: $(EXP)/averaged.pt $(LMS)
-	$(ASR) package $(EXP)/averaged.pt --out $@ --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
+$(EXP)/headed.pt: $(EXP)/averaged.pt $(if $(filter $(DATA)/train_sounds,$(NO_SPEECH_SOUNDS)),$(DATA)/train_sounds/done)
+	$(ASR) no-speech $< --speech $(DATA)/$(TRAIN_SET).jsonl --sounds $(NO_SPEECH_SOUNDS) --out $@ --threads $(THREADS)
+
+$(EXP)/model.pt: $(PACKAGED) $(LMS)
+	$(ASR) package $(PACKAGED) --out $@ --mode $(LM_MODES) --beam $(LM_BEAM) --ctc-weight $(CTC_WEIGHT) \
 		--length-penalty $(LM_LENGTH_PENALTY) $(if $(filter-out 0,$(LM_ORDER)),--lm $(LM) --lm-weight $(LM_WEIGHT)) \
 		$(if $(filter-out 0,$(WORD_LM_ORDER)),--word-lm $(WORD_LM) --word-lm-weight $(WORD_LM_WEIGHT)) $(PACKAGE_ARGS)
 

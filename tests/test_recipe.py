@@ -176,6 +176,24 @@ def test_recipes_train_beside_other_packages_sounds_than_the_longform_bench_play
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_recipes_give_the_package_a_no_speech_head_when_asked(tmp_path):
+    data, exp = tmp_path / "data", tmp_path / "exp"
+
+    def planned(*args):
+        return joined(make_plan("synthetic", f"DATA={data}", f"EXP={exp}", "package", *args))
+
+    steps = planned()
+    assert "no-speech" not in steps and f"package {exp}/averaged.pt --out {exp}/model.pt" in steps
+    steps = planned(f"NO_SPEECH_SOUNDS={data}/train_sounds")
+    assert "apt-get download" in steps and "oxygen-sounds" in steps
+    assert (f"no-speech {exp}/averaged.pt --speech {data}/train.jsonl --sounds {data}/train_sounds "
+            f"--out {exp}/headed.pt") in steps
+    assert f"package {exp}/headed.pt --out {exp}/model.pt" in steps
+    steps = planned("NO_SPEECH_SOUNDS=/my/sounds")  # a folder of one's own: nothing fetched
+    assert "--sounds /my/sounds" in steps and "apt-get" not in steps
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_kathleen_lm_reads_english_text_without_the_held_out_prompts_unless_told_not_to(tmp_path):
     def planned(*args):  # the character model's LM
         return make_plan("kathleen", f"DATA={tmp_path / 'data'}", f"EXP={tmp_path / 'exp'}", "SOURCE=/corpus/kathleen",

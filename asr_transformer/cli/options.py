@@ -54,8 +54,9 @@ HELP = {
                              "itself or its log-probability is low: whisper's fallback (0: off).",
     "logprob_threshold": "Fallback when a window's tokens average a log-probability below this.",
     "compression_ratio_threshold": "Fallback when a window's text compresses (gzip) by more than this: a loop.",
-    "no_speech_threshold": "Whisper packages: a window whose no-speech probability is above this and whose tokens "
-                           "average a log-probability below --logprob-threshold gives no text (1: off).",
+    "no_speech_threshold": "Whisper packages and packages with a no-speech head (`asr no-speech`): a window whose "
+                           "no-speech probability is above this and whose tokens average a log-probability below "
+                           "--logprob-threshold gives no text (1: off).",
     "ctc_confidence_threshold": "Packages with a CTC head: a window whose CTC tokens average a posterior below "
                                 "this and whose tokens average a log-probability below --logprob-threshold gives "
                                 "no text (0: off).",

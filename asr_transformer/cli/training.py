@@ -1,4 +1,4 @@
-"""Training commands: tokenizer, lm, cmvn, train, average, plot, and `asr import whisper`."""
+"""Training commands: tokenizer, lm, cmvn, no-speech, train, average, plot, and `asr import whisper`."""
 
 from __future__ import annotations
 
@@ -74,6 +74,30 @@ def cmvn(
 
     frames = compute_cmvn(manifest, out)
     typer.echo(f"{out}: statistics over {frames} frames")
+
+
+@app.command("no-speech")
+def no_speech(
+    model: Path = typer.Argument(..., help="Model package."),
+    speech: Path = typer.Option(..., "--speech", help="A manifest of speech (the one the model trained on)."),
+    sounds: Path = typer.Option(..., "--sounds", help="A folder of recordings without speech (bells, music, noise; "
+                                "any format soundfile reads)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Package to write (may be MODEL)."),
+    windows: int = typer.Option(2000, min=10, help="Windows of speech, and as many without, to learn from."),
+    seed: int = typer.Option(0, help="Seed of the windows drawn and the share held out."),
+    threads: int = THREADS,
+):
+    """Train a no-speech head on a package, the rest of the model frozen: the windows it takes for non-speech (a
+    bell the voice detector let through) give no text, by Whisper's rule (--no-speech-threshold with
+    --logprob-threshold; `asr package` sets them)."""
+    from asr_transformer.train.no_speech import NoSpeechOptions, save_with_head, train_no_speech
+
+    head = train_no_speech(model, speech, sounds, NoSpeechOptions(windows=windows, seed=seed), threads,
+                           log=typer.echo)
+    save_with_head(model, out, head)
+    held = head["report"]["held_out"]
+    typer.echo(f"{out}: no-speech head; held out, at probability 0.5: {100 * held['speech_kept_0.5']:.1f} % of "
+               f"speech windows kept, {100 * held['sound_silenced_0.5']:.1f} % of windows without speech silenced")
 
 
 @app.command()

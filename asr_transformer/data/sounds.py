@@ -25,20 +25,26 @@ def load_sounds(folder: str | Path, sample_rate: int) -> list[torch.Tensor]:
     if not str(folder):
         raise UserError("augment.sound_prob > 0 puts sounds beside the utterances, but augment.sounds names no folder "
                         "of them: set it (`--set augment.sounds=FOLDER`) or set augment.sound_prob to 0")
+    return list(sound_files(folder, sample_rate, "augment.sounds").values())
+
+
+def sound_files(folder: str | Path, sample_rate: int, option: str) -> dict[Path, torch.Tensor]:
+    """`load_sounds`, each waveform under its file's path; errors begin with `option`, the setting that named
+    the folder."""
     root = Path(folder)
     if not root.is_dir():
-        raise UserError(f"augment.sounds: no folder {root}")
-    clips = []
+        raise UserError(f"{option}: no folder {root}")
+    clips = {}
     for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS):
         try:
             wave = torch.from_numpy(load_audio(path, sample_rate=sample_rate, allow_silent=True))
         except AudioError as e:
-            raise UserError(f"augment.sounds: {e}") from e
+            raise UserError(f"{option}: {e}") from e
         level = rms(wave)
         if level > 0:
-            clips.append(wave / level)
+            clips[path] = wave / level
     if not clips:
-        raise UserError(f"augment.sounds: {root} holds no sound file that is not silent (files ending in "
+        raise UserError(f"{option}: {root} holds no sound file that is not silent (files ending in "
                         f"{', '.join(sorted(AUDIO_EXTENSIONS))})")
     return clips
 

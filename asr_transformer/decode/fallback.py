@@ -10,7 +10,9 @@ them if every one loops), the one of the highest average log-probability.
 `no_speech` is Whisper's silence check: the decoder's probability of its no-speech token right after
 <|startoftranscript|>, among Whisper's own ids (the window's no-speech probability). A window whose no-speech probability is above
 `no_speech_threshold` and whose tokens average a log-probability below `logprob_threshold` gives no text; every
-window's best hypothesis carries its probability (`parts["no_speech_prob"]`).
+window's best hypothesis carries its probability (`parts["no_speech_prob"]`). A model with a no-speech head
+(`ASRModel.no_speech_prob`, trained by `asr no-speech`) gives the same probability from its encoder, and the same
+rule applies.
 
 `ctc_silence` is the same check for a model with a CTC head, which has no no-speech token: there CTC's confidence
 stands in for it, the posterior of each token of CTC's best path at its surest frame, averaged over the window's
@@ -87,8 +89,14 @@ def no_speech(model, enc, enc_lens, results: list[list[Hypothesis]], ids: tuple[
     start, token = ids
     enc_mask = torch.arange(enc.size(1), device=enc.device) < enc_lens.to(enc.device).unsqueeze(1)
     logits = model.decoder.after_prompt_token(enc, enc_mask, start)[:, NUM_SPECIAL:]  # over Whisper's own ids
-    probs = torch.softmax(logits, dim=-1)[:, token - NUM_SPECIAL].tolist()
-    return _silenced(results, "no_speech_prob", probs, lambda best, p: p > opts.no_speech_threshold
+    return no_speech_silence(results, torch.softmax(logits, dim=-1)[:, token - NUM_SPECIAL].tolist(), opts)
+
+
+def no_speech_silence(results: list[list[Hypothesis]], probs, opts: DecodeConfig) -> list[list[Hypothesis]]:
+    """results: per window its n-best; probs: each window's no-speech probability (Whisper's token, `no_speech`,
+    or a no-speech head, `ASRModel.no_speech_prob`). → the same, each best hypothesis with parts["no_speech_prob"],
+    and a window judged silent as one empty hypothesis."""
+    return _silenced(results, "no_speech_prob", [float(p) for p in probs], lambda best, p: p > opts.no_speech_threshold
                      and average_log_prob(best) < opts.logprob_threshold)
 
 

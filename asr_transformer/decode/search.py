@@ -26,7 +26,7 @@ from asr_transformer.config import MODES, DecodeConfig, check_modes
 from asr_transformer.decode import Hypothesis
 from asr_transformer.decode.beam import beam_search, join_pieces, split_at_pauses
 from asr_transformer.decode.ctc_prefix import ctc_greedy, ctc_prefix_beam_search
-from asr_transformer.decode.fallback import ctc_silence, fall_back
+from asr_transformer.decode.fallback import ctc_silence, fall_back, no_speech_silence
 from asr_transformer.decode.fallback import no_speech as check_no_speech
 from asr_transformer.decode.fusion import BIASED_MODES, LM_MODES, fusion_lm, read_lm, transcriber  # noqa: F401
 from asr_transformer.decode.greedy import greedy_search, sample_search
@@ -164,7 +164,8 @@ def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: Decod
     → per utterance its n-best, as `recognize` (the model in eval mode, under inference_mode). With
     opts.temperature_increment and `text_of` (tokens → text), the windows that fail are decoded again, hotter;
     with `no_speech` (a Whisper tokenizer's ids: `WhisperTokenizer.no_speech`), windows Whisper takes for silence
-    give no text, and with opts.ctc_confidence_threshold those a CTC head is unsure of (decode/fallback.py)."""
+    give no text, as do those a no-speech head takes for silence (model.no_speech_head), and with
+    opts.ctc_confidence_threshold those a CTC head is unsure of (decode/fallback.py)."""
     mode = check_modes(opts.mode, model.cfg)[0]
     if (opts.temperature > 0 or opts.temperature_increment > 0) and model.cfg.decoder_layers == 0:
         raise DecodeError("temperature: sampling draws from the attention decoder, which this model does not have")
@@ -180,6 +181,8 @@ def search_encoded(model, enc: torch.Tensor, enc_lens: torch.Tensor, opts: Decod
         results = fall_back(results, decode_at, text_of, opts)
     if no_speech is not None and opts.no_speech_threshold < 1:
         results = check_no_speech(model, enc, enc_lens, results, no_speech, opts)
+    elif model.no_speech is not None and opts.no_speech_threshold < 1:
+        results = no_speech_silence(results, model.no_speech_prob(enc, enc_lens).cpu(), opts)
     if opts.ctc_confidence_threshold > 0 and model.ctc is not None:
         path = ctc_greedy(model.ctc_log_probs(enc), enc_lens)
         results = ctc_silence(results, path.confidence.cpu(), path.lengths.cpu(), opts)

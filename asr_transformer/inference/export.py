@@ -7,7 +7,8 @@
                        → ctc_log_probs (B, T', V), enc_lens (B,), cross_kv_i (B, T', 2D) for each decoder layer i
                          (the encoder with its CMVN and CTC head; the decoder's cross-attention keys|values,
                          projected once per utterance); a model without a CTC head (an imported Whisper) has no
-                         ctc_log_probs, and its export decodes with the attention decoder alone (greedy, beam)
+                         ctc_log_probs, and its export decodes with the attention decoder alone (greedy, beam); a
+                         model with a no-speech head (`asr no-speech`) ends with no_speech_prob (B,)
     decoder_step.onnx  tokens (N, 1) int64, offset (1,) int64 (the position of `tokens`), enc_mask (N, T') bool,
                        self_kv_i (N, L, 2D) (L = offset; empty on the first step), cross_kv_i (N, T', 2D)
                        → log_probs (N, V) of the next token, self_kv_out_i (N, L + 1, 2D)
@@ -74,9 +75,12 @@ class EncoderExport(nn.Module):
     def forward(self, feats: torch.Tensor, feat_lens: torch.Tensor):
         enc, enc_lens = self.model.encode(feats, feat_lens)
         cross = [attn.project_kv(enc, enc) for attn in self.cross]  # Decoder.cross_kv
-        if self.model.ctc is None:  # a model without a CTC head (an imported Whisper): no ctc_log_probs output
-            return (enc_lens, *cross)
-        return (self.model.ctc_log_probs(enc), enc_lens, *cross)
+        out = (enc_lens, *cross)
+        if self.model.ctc is not None:  # a model without a CTC head (an imported Whisper): no ctc_log_probs output
+            out = (self.model.ctc_log_probs(enc), *out)
+        if self.model.no_speech is not None:  # model.no_speech_head: each utterance's no-speech probability, last
+            out = (*out, self.model.no_speech_prob(enc, enc_lens))
+        return out
 
 
 class DecoderStepExport(nn.Module):
@@ -127,7 +131,8 @@ def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
     feats = torch.randn(batch, frames, model.cfg.input_dim)
     feat_lens = torch.tensor([frames] + [frames - 17 * (i + 1) for i in range(batch - 1)])
     with torch.no_grad():
-        enc_lens, *cross = EncoderExport(model).eval()(feats, feat_lens)[-1 - layers:]
+        outputs = EncoderExport(model).eval()(feats, feat_lens)
+    enc_lens, *cross = outputs[:len(outputs) - (model.no_speech is not None)][-1 - layers:]
     enc_mask = torch.arange(cross[0].size(1)) < enc_lens.unsqueeze(1)
     self_kv = [torch.randn(batch, prefix, 2 * d) for _ in range(layers)]
     step = (torch.full((batch, 1), 5, dtype=torch.long), torch.tensor([prefix]), enc_mask, *self_kv, *cross)
@@ -137,17 +142,18 @@ def example_inputs(model, batch: int = 2, frames: int = 160, prefix: int = 3):
     return [(feats, feat_lens), step, whole, whole]
 
 
-def _names(layers: int, ctc: bool = True):
+def _names(layers: int, ctc: bool = True, no_speech: bool = False):
     """The graphs' input and output names and dynamic axes (encoder, decoder_step, decoder, nat_decoder)."""
     cross = [f"cross_kv_{i}" for i in range(layers)]
     self_in = [f"self_kv_{i}" for i in range(layers)]
     self_out = [f"self_kv_out_{i}" for i in range(layers)]
     encoder = dict(input_names=["feats", "feat_lens"],
-                   output_names=["ctc_log_probs", "enc_lens", *cross][1 - ctc:],
+                   output_names=["ctc_log_probs", "enc_lens", *cross][1 - ctc:] + ["no_speech_prob"][:no_speech],
                    dynamic_axes={"feats": {0: "batch", 1: "frames"}, "feat_lens": {0: "batch"},
                                  **({"ctc_log_probs": {0: "batch", 1: "enc_frames"}} if ctc else {}),
                                  "enc_lens": {0: "batch"},
-                                 **{n: {0: "batch", 1: "enc_frames"} for n in cross}})
+                                 **{n: {0: "batch", 1: "enc_frames"} for n in cross},
+                                 **({"no_speech_prob": {0: "batch"}} if no_speech else {})})
     step = dict(input_names=["tokens", "offset", "enc_mask", *self_in, *cross], output_names=["log_probs", *self_out],
                 dynamic_axes={"tokens": {0: "hyps"}, "enc_mask": {0: "hyps", 1: "enc_frames"},
                               "log_probs": {0: "hyps"}, **{n: {0: "hyps", 1: "prefix"} for n in self_in},
@@ -212,7 +218,8 @@ def export_package(package: str | os.PathLike, out: str | os.PathLike, fmt: str 
     files = {name: f"{name}.{fmt}" for name in graphs}
     with _quiet_exporter():
         for (name, module), inputs, names, positional in zip(graphs.items(), example_inputs(model),
-                                                             _names(len(model.decoder.layers), model.ctc is not None),
+                                                             _names(len(model.decoder.layers), model.ctc is not None,
+                                                                    model.no_speech is not None),
                                                              (2, 3, 3, 3)):
             target = out / files[name]
             tmp = target.with_name(f".{target.name}.tmp")

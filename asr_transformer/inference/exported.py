@@ -23,7 +23,7 @@ import numpy as np
 
 from asr_transformer.config import DecodeConfig, from_dict, max_output_tokens
 from asr_transformer.decode import Hypothesis
-from asr_transformer.decode.fallback import ctc_silence
+from asr_transformer.decode.fallback import ctc_silence, no_speech_silence
 from asr_transformer.decode.fusion import BIASED_MODES, LM_MODES, fused_lms, fusion_lm, read_lm, transcriber
 from asr_transformer.decode.maskctc import fill_masks, greedy_with_confidence, with_sos
 from asr_transformer.errors import DecodeError, UserError
@@ -159,18 +159,20 @@ class ExportedRecognizer:
     def features(self, wave: np.ndarray) -> np.ndarray:
         return fbank(wave, self.config.features)
 
-    def encode(self, feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """Utterances' features [(T, F)] → CTC log-probs (B, T', V), encoder lengths (B,), cross keys|values."""
+    def encode(self, feats: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray | None]:
+        """Utterances' features [(T, F)] → CTC log-probs (B, T', V), encoder lengths (B,), cross keys|values, and
+        with a no-speech head each utterance's no-speech probability (B,) (else None)."""
         lens = np.array([f.shape[0] for f in feats], np.int64)
         frames = max(int(lens.max()), 16)  # at least one encoder frame in the batch (padding changes no output)
         padded = np.zeros((len(feats), frames, self.config.features.num_mel_bins), np.float32)
         for i, f in enumerate(feats):
             padded[i, :f.shape[0]] = f
         outputs = self.encoder.run(None, {"feats": padded, "feat_lens": lens})
+        no_speech = outputs.pop() if self.config.model.no_speech_head else None
         if not self.config.model.ctc:  # no ctc_log_probs output
-            return None, outputs[0], outputs[1:]
+            return None, outputs[0], outputs[1:], no_speech
         ctc, enc_lens, *cross = outputs
-        return ctc, enc_lens, cross
+        return ctc, enc_lens, cross, no_speech
 
     def _step(self, tokens: np.ndarray, offset: int, enc_mask: np.ndarray, self_kv: list, cross: list):
         feeds = {"tokens": tokens.reshape(-1, 1).astype(np.int64), "offset": np.array([offset], np.int64),
@@ -255,17 +257,22 @@ class ExportedRecognizer:
         (`decode.align`, word timestamps)."""
         if not self.config.model.ctc:
             raise ExportError(f"{self.path}: word timestamps align with the CTC head, which this model does not have")
-        ctc, enc_lens, cross = self.encode([self.features(w) for w in waves])
-        return self._search(ctc, enc_lens, cross, self.options), [lp[:n] for lp, n in zip(ctc, enc_lens.tolist())]
+        ctc, enc_lens, cross, no_speech = self.encode([self.features(w) for w in waves])
+        return (self._search(ctc, enc_lens, cross, no_speech, self.options),
+                [lp[:n] for lp, n in zip(ctc, enc_lens.tolist())])
 
     def decode_features(self, feats: list[np.ndarray], opts: DecodeConfig) -> list[Hypothesis]:
         """Utterances' log-mel features [(T, F)] decoded together with `opts` → the best hypothesis of each."""
         return self._search(*self.encode(feats), opts)
 
-    def _search(self, ctc: np.ndarray, enc_lens: np.ndarray, cross: list, opts: DecodeConfig) -> list[Hypothesis]:
+    def _search(self, ctc: np.ndarray, enc_lens: np.ndarray, cross: list, no_speech: np.ndarray | None,
+                opts: DecodeConfig) -> list[Hypothesis]:
         """A batch's encoder outputs (`encode`) → the best hypothesis of each utterance with `opts`, as
-        `search.recognize` finds it (the windows its CTC head is unsure of silent, as there)."""
+        `search.recognize` finds it (the windows its no-speech head takes for silence, and those its CTC head is
+        unsure of, silent, as there)."""
         best = self._search_mode(ctc, enc_lens, cross, opts)
+        if no_speech is not None and opts.no_speech_threshold < 1:
+            best = [hyps[0] for hyps in no_speech_silence([[h] for h in best], no_speech, opts)]
         if opts.ctc_confidence_threshold <= 0 or ctc is None or int(enc_lens.max()) == 0:
             return best
         _, lengths, confidence, _ = greedy_with_confidence(ctc, enc_lens)

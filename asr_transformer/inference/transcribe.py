@@ -221,7 +221,7 @@ def _decode_batch(recognizer, segments: list[Segment], speaker=None, word_timest
                     "score": score if math.isfinite(score) else None})
         if "temperature" in best.parts:  # sampled: the temperature fallback's try
             out[-1]["temperature"] = best.parts["temperature"]
-        if "no_speech_prob" in best.parts:  # a Whisper package's silence check (decode/fallback.py)
+        if "no_speech_prob" in best.parts:  # Whisper's silence check, or a no-speech head's (decode/fallback.py)
             out[-1]["no_speech_prob"] = round(best.parts["no_speech_prob"], 4)
         if "ctc_confidence" in best.parts:  # a CTC head's silence check (decode/fallback.py)
             out[-1]["ctc_confidence"] = round(best.parts["ctc_confidence"], 4)

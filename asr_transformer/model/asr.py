@@ -41,6 +41,12 @@ def _after_sos(tokens: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.cat([tokens.new_full((tokens.size(0), 1), SOS), tokens.masked_fill(~valid, PAD)], 1)
 
 
+def pooled(enc: torch.Tensor, enc_lens: torch.Tensor) -> torch.Tensor:
+    """enc (B, T', D), enc_lens (B,) → (B, D): each window's encoder output averaged over its frames (0 for none)."""
+    mask = lengths_to_mask(enc_lens.to(enc.device), enc.size(1)).unsqueeze(-1)
+    return (enc * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
 class NoCTCError(UserError, ValueError):
     """A decoding mode that needs the CTC head, asked of a model without one."""
 
@@ -76,6 +82,7 @@ class ASRModel(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.ctc = CTC(cfg.d_model, cfg.vocab_size) if cfg.ctc else None
+        self.no_speech = nn.Linear(cfg.d_model, 1) if cfg.no_speech_head else None  # `no_speech_prob`
         self.inter_layer = cfg.interctc_layer or (cfg.encoder_layers + 1) // 2  # InterCTC's block (1-based)
         # self-conditioned CTC: that block's CTC posteriors (vocab) → d_model, added to its output
         self.condition = nn.Linear(cfg.vocab_size, cfg.d_model) if cfg.interctc_condition else None
@@ -158,6 +165,13 @@ class ASRModel(nn.Module):
     def ctc_log_probs(self, enc: torch.Tensor) -> torch.Tensor:
         """enc (B, T', D) → (B, T', vocab) float32 log-probabilities."""
         return self._ctc_head().log_probs(enc)
+
+    def no_speech_prob(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> torch.Tensor:
+        """enc (B, T', D), enc_lens (B,) → (B,) the no-speech head's probability that each window holds no speech,
+        from its encoder output averaged over its frames (model.no_speech_head; 0.5 for a window of no frame)."""
+        if self.no_speech is None:
+            raise ValueError("this model has no no-speech head (model.no_speech_head): `asr no-speech` trains one")
+        return torch.sigmoid(self.no_speech(pooled(enc, enc_lens)).squeeze(-1))
 
     def ctc_greedy(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> list[list[int]]:
         return self._ctc_head().greedy(enc, enc_lens)

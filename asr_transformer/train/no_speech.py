@@ -1,0 +1,187 @@
+"""The no-speech head (`asr no-speech`): a package learns which windows hold no speech.
+
+Whisper learned from its 680,000 hours that a window can hold no speech, and says so with its no-speech token. A
+model trained on a corpus of utterances has heard nothing but speech: it writes words for a bell or a jingle that
+the voice detector let through. The head is one linear layer on the encoder's output averaged over a window
+(`ASRModel.no_speech_prob`), trained here with the rest of the model frozen, so that every transcript of speech
+stays what it was; decoding then silences a window as Whisper's rule does (decode.no_speech_threshold with
+decode.logprob_threshold).
+
+It learns from windows of speech (utterances of a training manifest; a share of them with a stretch of sound on
+one side, as a voice detector's segment can have) and windows without speech (stretches of real recordings from a
+folder of sounds, and white or brown noise). Each window is drawn at a level over 18 dB and gets a little faint
+noise on each side, as `transcribe` reads a segment with context. A share of the sound files (whole files) and of
+the utterances is held out, and the report says how many of those the head gets right.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from asr_transformer.data.audio import load_utterance
+from asr_transformer.data.manifest import read_manifest
+from asr_transformer.data.sounds import rms, sound_files, sound_stretch
+from asr_transformer.model.asr import pooled
+
+FAINT = 10 ** (-60 / 20)  # the level of the faint noise around each window (dBFS)
+
+
+@dataclass
+class NoSpeechOptions:
+    """How the head is trained: `windows` of each kind (speech, non-speech) at most; `held_out`: the share of sound
+    files and utterances kept for the report; `sound_beside`: the share of speech windows with sound on one side."""
+    windows: int = 2000
+    held_out: float = 0.2
+    sound_beside: float = 0.3
+    noise_share: float = 0.2  # of the non-speech windows, generated noise instead of recordings
+    weight_decay: float = 1e-3
+    seed: int = 0
+
+
+def _noise(rng: random.Random, samples: int, kind: str) -> np.ndarray:
+    """White or brown noise of RMS 1, (samples,)."""
+    white = np.random.default_rng(rng.randrange(2 ** 32)).standard_normal(samples)
+    noise = np.cumsum(white) if kind == "brown" else white
+    noise = noise - noise.mean()
+    return (noise / max(float(np.sqrt(np.mean(noise ** 2))), 1e-9)).astype(np.float32)
+
+
+def _around(rng: random.Random, wave: np.ndarray, rate: int) -> np.ndarray:
+    """The window with 0–0.3 s of faint white noise on each side."""
+    before, after = (int(rng.uniform(0, 0.3) * rate) for _ in range(2))
+    return np.concatenate([FAINT * _noise(rng, before, "white"), wave, FAINT * _noise(rng, after, "white")])
+
+
+def speech_window(rng: random.Random, utt, clips: list[torch.Tensor], opts: NoSpeechOptions, rate: int) -> np.ndarray:
+    """An utterance at a gain of −12 to +6 dB, with probability `sound_beside` 0.3–3 s of sound on one side."""
+    wave = load_utterance(utt, rate) * 10 ** (rng.uniform(-12, 6) / 20)
+    if clips and rng.random() < opts.sound_beside:
+        level = max(rms(torch.from_numpy(wave)), 1e-4) * 10 ** (rng.uniform(-10, 5) / 20)
+        generator = torch.Generator().manual_seed(rng.randrange(2 ** 62))
+        sound = sound_stretch(clips, int(rng.uniform(0.3, 3.0) * rate), level, generator).numpy()
+        wave = np.concatenate([sound, wave] if rng.random() < 0.5 else [wave, sound])
+    return _around(rng, np.clip(wave, -1, 1).astype(np.float32), rate)
+
+
+def sound_window(rng: random.Random, clips: list[torch.Tensor], level: float, opts: NoSpeechOptions,
+                 rate: int) -> np.ndarray:
+    """0.3–4 s of sound (or, with probability `noise_share`, white or brown noise) at `level` × (−12 to +6 dB)."""
+    samples = int(rng.uniform(0.3, 4.0) * rate)
+    level *= 10 ** (rng.uniform(-12, 6) / 20)
+    if not clips or rng.random() < opts.noise_share:
+        wave = level * _noise(rng, samples, rng.choice(["white", "brown"]))
+    else:
+        wave = sound_stretch(clips, samples, level, torch.Generator().manual_seed(rng.randrange(2 ** 62))).numpy()
+    return _around(rng, np.clip(wave, -1, 1).astype(np.float32), rate)
+
+
+def pooled_encodings(recognizer, waves: list[np.ndarray], batch: int = 16) -> torch.Tensor:
+    """Windows of samples → (N, D): each one's encoder output averaged over its frames (`model.asr.pooled`)."""
+    order = sorted(range(len(waves)), key=lambda i: len(waves[i]))  # similar lengths together: little padding
+    out = torch.zeros(len(waves), recognizer.config.model.d_model)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch):
+            rows = order[start:start + batch]
+            feats, lens, _ = recognizer._batch([waves[i] for i in rows])
+            enc, enc_lens = recognizer.model.encode(feats, lens.to(feats.device))
+            out[rows] = pooled(enc, enc_lens).float().cpu()
+    return out
+
+
+def fit_head(x: torch.Tensor, y: torch.Tensor, weight_decay: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logistic regression: pooled encodings x (N, D), labels y (N,) (1: no speech) → the head's weight (1, D) and
+    bias (1,), with both classes weighted equally and an L2 penalty on the standardised features' weights."""
+    mean, std = x.mean(0), x.std(0).clamp(min=1e-6)
+    z = (x - mean) / std
+    w, b = torch.zeros(x.size(1), requires_grad=True), torch.zeros((), requires_grad=True)
+    weights = torch.where(y > 0.5, 0.5 / y.sum().clamp(min=1), 0.5 / (1 - y).sum().clamp(min=1))
+    optimizer = torch.optim.LBFGS([w, b], lr=1, max_iter=200, line_search_fn="strong_wolfe")
+
+    def loss_fn():
+        optimizer.zero_grad()
+        loss = (torch.nn.functional.binary_cross_entropy_with_logits(z @ w + b, y, reduction="none") * weights).sum()
+        loss = loss + weight_decay * w.pow(2).sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(loss_fn)
+    scale = w.detach() / std  # fold the standardisation into the layer: w·(x − mean)/std + b
+    return scale.unsqueeze(0), (b.detach() - (scale * mean).sum()).reshape(1)
+
+
+def _split(items: list, share: float, rng: random.Random) -> tuple[list, list]:
+    """items → (kept, held out): a `share` of them, drawn, held out (at least one when there are two)."""
+    items = list(items)
+    rng.shuffle(items)
+    held = min(len(items) - 1, max(1 if len(items) > 1 else 0, round(share * len(items))))
+    return items[held:], items[:held]
+
+
+def train_no_speech(package: str | os.PathLike, manifest: str | os.PathLike, sounds: str | os.PathLike,
+                    opts: NoSpeechOptions = NoSpeechOptions(), threads: int = 0, log=print) -> dict:
+    """Train the head of `package` → {"weight": (1, D), "bias": (1,), "report": what it got right}. Every sound file
+    under `sounds` (any format soundfile reads) is non-speech; `manifest`'s utterances are speech."""
+    from asr_transformer.inference.recognizer import Recognizer
+
+    rng = random.Random(opts.seed)
+    recognizer = Recognizer(package, device="cpu", threads=threads)
+    rate = recognizer.config.features.sample_rate
+    clip_of = sound_files(sounds, rate, "--sounds")  # UserError for a missing or empty folder, an unreadable file
+    train_files, held_files = _split(sorted(clip_of), opts.held_out, rng)
+    utts = read_manifest(manifest)
+    train_utts, held_utts = _split(utts, opts.held_out, rng)
+    level = float(np.median([rms(torch.from_numpy(load_utterance(u, rate))) for u in train_utts[:50]]))
+
+    def windows(part_utts, part_files, count):
+        part_clips = [clip_of[f] for f in part_files]
+        speech = [speech_window(rng, rng.choice(part_utts), part_clips, opts, rate) for _ in range(count)]
+        sound = [sound_window(rng, part_clips, level, opts, rate) for _ in range(count)]
+        return speech, sound
+
+    held_count = max(1, round(opts.windows * opts.held_out))
+    log(f"no-speech head: encoding {2 * (opts.windows + held_count)} windows ({len(train_utts)} utterances and "
+        f"{len(train_files)} sound files to learn from, {len(held_utts)} and {len(held_files)} held out)")
+    speech, sound = windows(train_utts, train_files, opts.windows)
+    x = pooled_encodings(recognizer, speech + sound)
+    y = torch.cat([torch.zeros(len(speech)), torch.ones(len(sound))])
+    weight, bias = fit_head(x, y, opts.weight_decay)
+    held_speech, held_sound = windows(held_utts, held_files, held_count)
+    report = {"speech_windows": len(speech), "sound_windows": len(sound), "sound_files": len(train_files),
+              "learned": _rates(x, y, weight, bias)}
+    held_x = pooled_encodings(recognizer, held_speech + held_sound)
+    held_y = torch.cat([torch.zeros(len(held_speech)), torch.ones(len(held_sound))])
+    report["held_out"] = _rates(held_x, held_y, weight, bias)
+    report["held_out_files"] = [str(f.relative_to(sounds)) for f in held_files]
+    return {"weight": weight, "bias": bias, "report": report}
+
+
+def _rates(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> dict:
+    """The share of speech windows the head keeps and of non-speech ones it silences, at probabilities 0.5, 0.8."""
+    p = torch.sigmoid(x @ weight.squeeze(0) + bias)
+    out = {}
+    for threshold in (0.5, 0.8):
+        out[f"speech_kept_{threshold}"] = round(float((p[y < 0.5] <= threshold).float().mean()), 4)
+        out[f"sound_silenced_{threshold}"] = round(float((p[y > 0.5] > threshold).float().mean()), 4)
+    return out
+
+
+def save_with_head(package: str | os.PathLike, out: str | os.PathLike, head: dict) -> None:
+    """Copy `package` to `out` (may be the same file) with the head of `train_no_speech` (model.no_speech_head on,
+    its report in the package's info under "no_speech")."""
+    from asr_transformer.config import from_dict
+    from asr_transformer.data.tokenizer import tokenizer_from_bytes
+    from asr_transformer.package import read_package, save_package
+
+    state = read_package(package)
+    cfg = from_dict(state["config"], f"{package}:config")
+    cfg.model.no_speech_head = True
+    tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+    weights = {**state["weights"], "no_speech.weight": head["weight"], "no_speech.bias": head["bias"]}
+    info = {**(state.get("info") or {}), "no_speech": head["report"]}
+    save_package(out, cfg, tokenizer, weights, info, state.get("lms"))
