@@ -118,13 +118,11 @@ def test_fit_head_folds_the_standardisation_into_the_layer():
 
 
 def test_pooled_encodings_do_not_depend_on_the_batch(tiny_package):
-    from asr_transformer.inference.recognizer import Recognizer
-
-    rec = Recognizer(tiny_package / "model.pt", device="cpu", threads=1)
+    model, _, cfg = load_package(tiny_package / "model.pt")
     rng = random.Random(0)
     waves = [np.asarray([rng.gauss(0, 0.1) for _ in range(n)], np.float32) for n in (4000, 9000, 16000)]
-    together = pooled_encodings(rec, waves, batch=3)
-    alone = torch.cat([pooled_encodings(rec, [w], batch=1) for w in waves])
+    together = pooled_encodings(model, cfg.features, waves, batch=3)
+    alone = torch.cat([pooled_encodings(model, cfg.features, [w], batch=1) for w in waves])
     assert torch.allclose(together, alone, atol=1e-5)
 
 

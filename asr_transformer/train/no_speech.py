@@ -23,10 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from asr_transformer.config import FeatureConfig, from_dict
 from asr_transformer.data.audio import load_utterance
+from asr_transformer.data.features import fbank
 from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.sounds import rms, sound_files, sound_stretch
+from asr_transformer.data.tokenizer import tokenizer_from_bytes
 from asr_transformer.model.asr import pooled
+from asr_transformer.package import load_package, read_package, save_package
+from asr_transformer.threads import cpu_threads
 
 FAINT = 10 ** (-60 / 20)  # the level of the faint noise around each window (dBFS)
 
@@ -80,16 +85,19 @@ def sound_window(rng: random.Random, clips: list[torch.Tensor], level: float, op
     return _around(rng, np.clip(wave, -1, 1).astype(np.float32), rate)
 
 
-def pooled_encodings(recognizer, waves: list[np.ndarray], batch: int = 16) -> torch.Tensor:
-    """Windows of samples → (N, D): each one's encoder output averaged over its frames (`model.asr.pooled`)."""
+def pooled_encodings(model, features: FeatureConfig, waves: list[np.ndarray], batch: int = 16) -> torch.Tensor:
+    """Windows of samples → (N, D): each one's encoder output averaged over its frames (`model.asr.pooled`), the
+    features computed as `features` says."""
     order = sorted(range(len(waves)), key=lambda i: len(waves[i]))  # similar lengths together: little padding
-    out = torch.zeros(len(waves), recognizer.config.model.d_model)
+    out = torch.zeros(len(waves), model.cfg.d_model)
+    device = next(model.parameters()).device
     with torch.inference_mode():
         for start in range(0, len(order), batch):
             rows = order[start:start + batch]
-            feats, lens, _ = recognizer._batch([waves[i] for i in rows])
-            enc, enc_lens = recognizer.model.encode(feats, lens.to(feats.device))
-            out[rows] = pooled(enc, enc_lens).float().cpu()
+            feats = [fbank(torch.from_numpy(np.ascontiguousarray(waves[i], np.float32)), features) for i in rows]
+            lens = torch.tensor([f.size(0) for f in feats], device=device)
+            padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True).to(device)
+            out[rows] = pooled(*model.encode(padded, lens)).float().cpu()
     return out
 
 
@@ -127,11 +135,10 @@ def train_no_speech(package: str | os.PathLike, manifest: str | os.PathLike, sou
                     opts: NoSpeechOptions = NoSpeechOptions(), threads: int = 0, log=print) -> dict:
     """Train the head of `package` → {"weight": (1, D), "bias": (1,), "report": what it got right}. Every sound file
     under `sounds` (any format soundfile reads) is non-speech; `manifest`'s utterances are speech."""
-    from asr_transformer.inference.recognizer import Recognizer
-
+    torch.set_num_threads(cpu_threads(threads))
     rng = random.Random(opts.seed)
-    recognizer = Recognizer(package, device="cpu", threads=threads)
-    rate = recognizer.config.features.sample_rate
+    model, _, cfg = load_package(package)
+    rate = cfg.features.sample_rate
     clip_of = sound_files(sounds, rate, "--sounds")  # UserError for a missing or empty folder, an unreadable file
     train_files, held_files = _split(sorted(clip_of), opts.held_out, rng)
     utts = read_manifest(manifest)
@@ -148,13 +155,13 @@ def train_no_speech(package: str | os.PathLike, manifest: str | os.PathLike, sou
     log(f"no-speech head: encoding {2 * (opts.windows + held_count)} windows ({len(train_utts)} utterances and "
         f"{len(train_files)} sound files to learn from, {len(held_utts)} and {len(held_files)} held out)")
     speech, sound = windows(train_utts, train_files, opts.windows)
-    x = pooled_encodings(recognizer, speech + sound)
+    x = pooled_encodings(model, cfg.features, speech + sound)
     y = torch.cat([torch.zeros(len(speech)), torch.ones(len(sound))])
     weight, bias = fit_head(x, y, opts.weight_decay)
     held_speech, held_sound = windows(held_utts, held_files, held_count)
     report = {"speech_windows": len(speech), "sound_windows": len(sound), "sound_files": len(train_files),
               "learned": _rates(x, y, weight, bias)}
-    held_x = pooled_encodings(recognizer, held_speech + held_sound)
+    held_x = pooled_encodings(model, cfg.features, held_speech + held_sound)
     held_y = torch.cat([torch.zeros(len(held_speech)), torch.ones(len(held_sound))])
     report["held_out"] = _rates(held_x, held_y, weight, bias)
     report["held_out_files"] = [str(f.relative_to(sounds)) for f in held_files]
@@ -174,10 +181,6 @@ def _rates(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torch.T
 def save_with_head(package: str | os.PathLike, out: str | os.PathLike, head: dict) -> None:
     """Copy `package` to `out` (may be the same file) with the head of `train_no_speech` (model.no_speech_head on,
     its report in the package's info under "no_speech")."""
-    from asr_transformer.config import from_dict
-    from asr_transformer.data.tokenizer import tokenizer_from_bytes
-    from asr_transformer.package import read_package, save_package
-
     state = read_package(package)
     cfg = from_dict(state["config"], f"{package}:config")
     cfg.model.no_speech_head = True
