@@ -50,6 +50,8 @@ class NoSpeechOptions:
 
 def _noise(rng: random.Random, samples: int, kind: str) -> np.ndarray:
     """White or brown noise of RMS 1, (samples,)."""
+    if samples <= 0:
+        return np.zeros(0, np.float32)
     white = np.random.default_rng(rng.randrange(2 ** 32)).standard_normal(samples)
     noise = np.cumsum(white) if kind == "brown" else white
     noise = noise - noise.mean()
