@@ -46,6 +46,14 @@ def describe(path: str | os.PathLike) -> str:
     if "averaged" in info:
         by = "the last epochs" if info.get("by") == "last" else f"best {info.get('by')}"
         lines.append(f"weights:    the average of {len(info['averaged'])} checkpoints ({by})")
+    if m.no_speech_head and "no_speech" in info:
+        report = info["no_speech"]
+        held = report["held_out"]
+        lines.append(f"no-speech:  a head learned from {report['speech_windows']} windows of speech and "
+                     f"{report['sound_windows']} without ({report['sound_files']} sound files; `asr no-speech`); "
+                     f"held out, at 0.5: {100 * held['speech_kept_0.5']:.1f} % of speech kept, "
+                     f"{100 * held['sound_silenced_0.5']:.1f} % of non-speech silenced; in decoding above "
+                     f"{d.no_speech_threshold:g} with log-probability below {d.logprob_threshold:g}")
     options = [f"mode {d.mode}", f"beam {d.beam}", f"CTC weight {d.ctc_weight:g}", f"length bonus {d.length_penalty:g}"]
     if "lm" in lms:
         options.append(f"LM weight {d.lm_weight:g}")

@@ -9,9 +9,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def in_repository(path) -> str:
     """`path` relative to the repository root when it is inside it, else its file name; a word on a command line
-    that is no path (an option, a number, a name such as "silero": no "/" and no file suffix) stays as it is."""
+    that is no path (an option, a number, a NAME=VALUE setting, a name such as "silero": no "/" and no file suffix)
+    stays as it is."""
     text = str(path)
-    if text.startswith("-") or ("/" not in text and not Path(text).suffix) or text.replace(".", "", 1).isdigit():
+    if (text.startswith("-") or ("/" not in text and not Path(text).suffix) or text.replace(".", "", 1).isdigit()
+            or text.split("=", 1)[0].isidentifier() and "=" in text):
         return text
     full = Path(path).resolve()
     return full.relative_to(ROOT).as_posix() if full.is_relative_to(ROOT) else full.name

@@ -59,6 +59,8 @@ def test_the_head_tells_held_out_speech_from_held_out_sounds(headed):
     assert len(report["held_out_files"]) == 1  # a fifth of six files, by file
     assert report["held_out"]["speech_kept_0.5"] >= 0.9
     assert report["held_out"]["sound_silenced_0.5"] >= 0.9
+    described = asr("info", headed / "model.pt").output
+    assert "no-speech:  a head learned from 60 windows of speech and 60 without (5 sound files" in described
 
 
 def test_the_head_changes_no_transcript_and_silences_by_whispers_rule(tiny_package, tone_corpus, headed):

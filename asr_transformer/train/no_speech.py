@@ -75,10 +75,11 @@ def speech_window(rng: random.Random, utt, clips: list[torch.Tensor], opts: NoSp
     return _around(rng, np.clip(wave, -1, 1).astype(np.float32), rate)
 
 
-def sound_window(rng: random.Random, clips: list[torch.Tensor], level: float, opts: NoSpeechOptions,
+def sound_window(rng: random.Random, clips: list[torch.Tensor], level: float, seconds: float, opts: NoSpeechOptions,
                  rate: int) -> np.ndarray:
-    """0.3–4 s of sound (or, with probability `noise_share`, white or brown noise) at `level` × (−12 to +6 dB)."""
-    samples = int(rng.uniform(0.3, 4.0) * rate)
+    """`seconds` × (0.8 to 1.25) of sound (or, with probability `noise_share`, white or brown noise) at `level` ×
+    (−12 to +6 dB)."""
+    samples = int(max(0.3, seconds * rng.uniform(0.8, 1.25)) * rate)
     level *= 10 ** (rng.uniform(-12, 6) / 20)
     if not clips or rng.random() < opts.noise_share:
         wave = level * _noise(rng, samples, rng.choice(["white", "brown"]))
@@ -150,7 +151,8 @@ def train_no_speech(package: str | os.PathLike, manifest: str | os.PathLike, sou
     def windows(part_utts, part_files, count):
         part_clips = [clip_of[f] for f in part_files]
         speech = [speech_window(rng, rng.choice(part_utts), part_clips, opts, rate) for _ in range(count)]
-        sound = [sound_window(rng, part_clips, level, opts, rate) for _ in range(count)]
+        # as long as utterances are, so that a window's length does not tell speech from sound
+        sound = [sound_window(rng, part_clips, level, rng.choice(part_utts).duration, opts, rate) for _ in range(count)]
         return speech, sound
 
     held_count = max(1, round(opts.windows * opts.held_out))
