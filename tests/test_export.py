@@ -250,7 +250,7 @@ def test_int8_export_is_smaller_and_close(exported, tone_corpus):
     waves = [load_utterance(u) for u in read_manifest(tone_corpus / "test.jsonl")]
     fp32, int8 = ExportedRecognizer(root / "onnx", threads=1), ExportedRecognizer(root / "int8", threads=1)
     feats = [fp32.features(w) for w in waves[:3]]
-    (a, lens, _), (b, _, _) = fp32.encode(feats), int8.encode(feats)
+    (a, lens, _, _), (b, _, _, _) = fp32.encode(feats), int8.encode(feats)
     valid = (np.arange(a.shape[1])[None] < lens[:, None])[..., None]
     diff = np.abs(np.exp(a) - np.exp(b)) * valid
     assert 0 < diff.max() < 0.1

@@ -139,6 +139,11 @@ def test_bad_sound_folders_are_named(tiny_package, tone_corpus, tmp_path):
     (tmp_path / "bad" / "broken.wav").write_bytes(b"RIFF not really")
     result = asr(*base, "--sounds", tmp_path / "bad")
     assert result.exit_code != 0 and "broken.wav" in result.output
+    (tmp_path / "one").mkdir()
+    write_sounds(tmp_path / "two")
+    (tmp_path / "two" / "sound0.wav").rename(tmp_path / "one" / "sound0.wav")
+    result = asr(*base, "--sounds", tmp_path / "one")
+    assert result.exit_code != 0 and f"--sounds: {tmp_path / 'one'} holds one recording" in result.output
     assert not (tmp_path / "m.pt").exists()
 
 

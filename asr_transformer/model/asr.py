@@ -168,7 +168,7 @@ class ASRModel(nn.Module):
 
     def no_speech_prob(self, enc: torch.Tensor, enc_lens: torch.Tensor) -> torch.Tensor:
         """enc (B, T', D), enc_lens (B,) → (B,) the no-speech head's probability that each window holds no speech,
-        from its encoder output averaged over its frames (model.no_speech_head; 0.5 for a window of no frame)."""
+        from its encoder output averaged over its frames (model.no_speech_head; a window of no frame averages 0)."""
         if self.no_speech is None:
             raise ValueError("this model has no no-speech head (model.no_speech_head): `asr no-speech` trains one")
         return torch.sigmoid(self.no_speech(pooled(enc, enc_lens)).squeeze(-1))

@@ -4,7 +4,8 @@
 `timestamp_granularities[]`); the answer is `{"text"}` (json), the text alone (text), subtitles (srt, vtt), or
 verbose_json: the task, language, duration, text, the segments (id, seek, start, end, text, temperature,
 avg_logprob, compression_ratio, no_speech_prob: a Whisper package's or a no-speech head's, else 0) and, when word
-granularity is asked, the words with their times. Errors are `{"error": {"message", "type", "param", "code"}}`, as OpenAI writes them.
+granularity is asked, the words with their times. Errors are `{"error": {"message", "type", "param", "code"}}`, as
+OpenAI writes them.
 """
 
 from __future__ import annotations

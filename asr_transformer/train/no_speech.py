@@ -29,6 +29,7 @@ from asr_transformer.data.features import fbank
 from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.sounds import rms, sound_files, sound_stretch
 from asr_transformer.data.tokenizer import tokenizer_from_bytes
+from asr_transformer.errors import UserError
 from asr_transformer.model.asr import pooled
 from asr_transformer.package import load_package, read_package, save_package
 from asr_transformer.threads import cpu_threads
@@ -38,8 +39,8 @@ FAINT = 10 ** (-60 / 20)  # the level of the faint noise around each window (dBF
 
 @dataclass
 class NoSpeechOptions:
-    """How the head is trained: `windows` of each kind (speech, non-speech) at most; `held_out`: the share of sound
-    files and utterances kept for the report; `sound_beside`: the share of speech windows with sound on one side."""
+    """How the head is trained: `windows` of each kind (speech, non-speech) to learn from; `held_out`: the share of
+    sound files and utterances kept for the report; `sound_beside`: the share of speech windows with sound beside."""
     windows: int = 2000
     held_out: float = 0.2
     sound_beside: float = 0.3
@@ -143,8 +144,11 @@ def train_no_speech(package: str | os.PathLike, manifest: str | os.PathLike, sou
     model, _, cfg = load_package(package)
     rate = cfg.features.sample_rate
     clip_of = sound_files(sounds, rate, "--sounds")  # UserError for a missing or empty folder, an unreadable file
-    train_files, held_files = _split(sorted(clip_of), opts.held_out, rng)
     utts = read_manifest(manifest)
+    if len(clip_of) < 2 or len(utts) < 2:
+        raise UserError(f"{'--sounds: ' + str(sounds) if len(clip_of) < 2 else '--speech: ' + str(manifest)} holds "
+                        "one recording; the head needs two at least, to hold one out and report how well it does")
+    train_files, held_files = _split(sorted(clip_of), opts.held_out, rng)
     train_utts, held_utts = _split(utts, opts.held_out, rng)
     level = float(np.median([rms(torch.from_numpy(load_utterance(u, rate))) for u in train_utts[:50]]))
 
@@ -152,7 +156,8 @@ def train_no_speech(package: str | os.PathLike, manifest: str | os.PathLike, sou
         part_clips = [clip_of[f] for f in part_files]
         speech = [speech_window(rng, rng.choice(part_utts), part_clips, opts, rate) for _ in range(count)]
         # as long as utterances are, so that a window's length does not tell speech from sound
-        sound = [sound_window(rng, part_clips, level, rng.choice(part_utts).duration, opts, rate) for _ in range(count)]
+        sound = [sound_window(rng, part_clips, level, rng.choice(part_utts).duration, opts, rate)
+                 for _ in range(count)]
         return speech, sound
 
     held_count = max(1, round(opts.windows * opts.held_out))
