@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bounded_search import cpu_name  # noqa: E402
 from repo_paths import command_line, in_repository, report  # noqa: E402
 from asr_transformer.config import load_config  # noqa: E402
-from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, make_loader,  # noqa: E402
-                                         utterance_frames)
+from asr_transformer.data.draws import utterance_frames  # noqa: E402
+from asr_transformer.data.loader import UtteranceDataset, make_loader  # noqa: E402
 from asr_transformer.data.manifest import read_manifest  # noqa: E402
+from asr_transformer.data.sampler import FrameBatchSampler  # noqa: E402
 from asr_transformer.data.shard_loader import shard_loader  # noqa: E402
 from asr_transformer.data.shards import read_shard_list, shard_utterances, write_shards  # noqa: E402
 from asr_transformer.data.tokenizer import train_tokenizer  # noqa: E402

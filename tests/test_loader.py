@@ -8,10 +8,10 @@ import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.features import add_noise, fbank, num_frames, speaker_means, speed_perturb
-from asr_transformer.data.loader import (FRAME_MULTIPLE, FrameBatchSampler, Unreadable, UtteranceDataset,
-                                         filter_utterances, make_loader, perturbed_frames, round_up, speed_factor,
-                                         utterance_frames, vtlp_warp)
+from asr_transformer.data.draws import perturbed_frames, speed_factor, utterance_frames, vtlp_warp
+from asr_transformer.data.loader import Unreadable, UtteranceDataset, filter_utterances, make_loader
 from asr_transformer.data.manifest import Utterance
+from asr_transformer.data.sampler import FRAME_MULTIPLE, FrameBatchSampler, round_up
 from asr_transformer.data.tokenizer import train_tokenizer
 
 
@@ -340,7 +340,7 @@ def test_training_goes_on_past_an_unreadable_utterance(tone_corpus, tmp_path, ca
 
 
 def test_silence_around_utterances_is_drawn_per_epoch_and_planned_by_the_sampler(corpus):
-    from asr_transformer.data.loader import Margins, margin_frames, silence_frames
+    from asr_transformer.data.draws import Margins, margin_frames, silence_frames
 
     utts, tok = corpus
     kept, ids, _ = filter_utterances(utts[:4], tok, DataConfig(), FeatureConfig(), subsampling=4)

@@ -21,8 +21,10 @@ import torch
 from asr_transformer.checkpoint_io import load_checkpoint
 from asr_transformer.config import FeatureConfig, load_config
 from asr_transformer.data.audio import load_utterance
-from asr_transformer.data.loader import FRAME_MULTIPLE, UtteranceDataset, round_up, utterance_frames
+from asr_transformer.data.draws import utterance_frames
+from asr_transformer.data.loader import UtteranceDataset
 from asr_transformer.data.manifest import Utterance, read_manifest
+from asr_transformer.data.sampler import FRAME_MULTIPLE, round_up
 from asr_transformer.data.shard_loader import ShardBatchSampler, shard_loader
 from asr_transformer.data.shards import (ShardError, is_shard_list, read_shard, read_shard_list, shard_utterances,
                                          write_shards)

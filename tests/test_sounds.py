@@ -9,9 +9,10 @@ import soundfile as sf
 import torch
 
 from asr_transformer.config import AugmentConfig, Config, ConfigError, DataConfig, FeatureConfig, validate
-from asr_transformer.data.loader import (FrameBatchSampler, Margins, UtteranceDataset, filter_utterances,
-                                         margin_frames, sound_frames, utterance_frames)
+from asr_transformer.data.draws import Margins, margin_frames, sound_frames, utterance_frames
+from asr_transformer.data.loader import UtteranceDataset, filter_utterances
 from asr_transformer.data.manifest import Utterance
+from asr_transformer.data.sampler import FrameBatchSampler
 from asr_transformer.data.sounds import load_sounds, rms, sound_stretch
 from asr_transformer.data.tokenizer import train_tokenizer
 from asr_transformer.errors import UserError

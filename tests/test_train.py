@@ -303,7 +303,8 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tone_cor
     args = ["train.max_epochs=1", "model.dropout=0.0", "augment.freq_masks=0", "augment.time_masks=0",
             "data.max_frames=800"]
     from asr_transformer.config import FeatureConfig
-    from asr_transformer.data.loader import FrameBatchSampler, utterance_frames
+    from asr_transformer.data.draws import utterance_frames
+    from asr_transformer.data.sampler import FrameBatchSampler
     from asr_transformer.data.manifest import read_manifest
 
     frames = utterance_frames(read_manifest(tone_corpus / "train.jsonl"), FeatureConfig())

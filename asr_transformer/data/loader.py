@@ -2,12 +2,10 @@
 
 Features are computed on the fly (when training, with the augmentations of AugmentConfig: speed perturbation,
 silence and non-speech sounds around the speech, vocal tract length perturbation, white noise, a random microphone,
-SpecAugment).
-Batches are bounded by total feature frames, padding included (``batch × longest ≤ max_frames``),
-built from length-sorted utterances (bucketing) and shuffled per epoch from a seed. Augmentation
-randomness depends only on (seed, epoch, utterance), so results do not depend on worker count
-or on where a resumed run restarts; the speed factor too, so the sampler batches each utterance
-by the length it will have in that epoch.
+SpecAugment), padded into batches (`collate`) of the indices a sampler plans (`sampler.FrameBatchSampler`:
+bounded by total feature frames). Augmentation randomness depends only on (seed, epoch, utterance)
+(`draws.py`), so results do not depend on worker count or on where a resumed run restarts; the speed factor and
+the margins too, so the sampler batches each utterance by the length it will have in that epoch.
 
 An utterance whose audio cannot be read (say a WAV holding NaN samples, found only when read) does not stop a
 run: it is left out of its batch with a warning naming it, once, and each pass over the data ends with how many
@@ -17,129 +15,25 @@ were left out (`SkippingLoader`).
 from __future__ import annotations
 
 import logging
-import random
 import sys
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 
 from asr_transformer.config import AugmentConfig, DataConfig, FeatureConfig
 from asr_transformer.data.audio import AudioError, load_audio, load_utterance
+from asr_transformer.data.draws import (margin_frames, seeded_generator, seeded_random, silence_frames, sound_frames,
+                                        speed_factor, vtlp_warp)
 from asr_transformer.data.features import (add_noise, add_silence, fbank, num_frames, random_equalizer, spec_augment,
                                            speaker_means, speed_perturb)
 from asr_transformer.data.manifest import Utterance
-from asr_transformer.data.sounds import MIN_SOUND_SECONDS, load_sounds, rms, sound_stretch
+from asr_transformer.data.sampler import FRAME_MULTIPLE, TOKEN_MULTIPLE, FrameBatchSampler, round_up
+from asr_transformer.data.sounds import load_sounds, rms, sound_stretch
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.frames import subsampled_length
 from asr_transformer.tokens import UNK
 
 log = logging.getLogger(__name__)
-
-# Padded batch shapes are rounded up to these multiples: far fewer distinct tensor shapes, so
-# oneDNN (CPU convolutions, bf16 matmuls) reuses its compiled kernels instead of building new
-# ones for nearly every batch. Padding is masked, so results do not change. (Frames: 8, not 32:
-# on the synthetic corpus (1.8-s utterances) 32 gives batches 6 % more frames, and ~50 shapes are few.)
-FRAME_MULTIPLE = 8
-TOKEN_MULTIPLE = 8
-
-
-def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def speed_factor(factors, seed: int, epoch: int, index: int) -> float:
-    """The speed perturbation factor of utterance `index` in `epoch`, drawn from `factors` by (seed, epoch,
-    index) alone: the dataset plays the utterance at it, and the sampler batches it by the length it gives."""
-    return _pick(factors, seed, epoch, index)
-
-
-def vtlp_warp(warps, seed: int, epoch: int, index: int) -> float:
-    """The vocal tract warp of utterance `index` in `epoch`, drawn from `warps` by (seed, epoch, index) alone,
-    apart from its speed factor."""
-    return _pick(warps, seed, epoch, index, 4)
-
-
-class Margins(NamedTuple):
-    """What the silence and sounds around utterances are drawn from (`margin_frames`), in feature frames."""
-    silence_prob: float = 0.0  # augment.silence_prob
-    silence: int = 0  # the most silence on each side (augment.silence_seconds)
-    sound_prob: float = 0.0  # augment.sound_prob
-    sound: tuple[int, int] = (0, 0)  # the least and most sound on the one side that gets it
-
-    def most(self) -> int:
-        """The most frames an utterance gets around it."""
-        return 2 * self.silence + self.sound[1]
-
-
-def silence_frames(margins: Margins, seed: int, epoch: int, index: int) -> tuple[int, int]:
-    """The frames of silence utterance `index` gets before and after its audio in `epoch`: with chance
-    margins.silence_prob, each uniform in 0…margins.silence frames, drawn by (seed, epoch, index) alone; the dataset
-    adds them, and the sampler batches the utterance with them."""
-    if margins.silence_prob <= 0 or margins.silence <= 0:
-        return 0, 0
-    draw = _random(seed, epoch, index, 6)
-    if draw.random() >= margins.silence_prob:
-        return 0, 0
-    return draw.randint(0, margins.silence), draw.randint(0, margins.silence)
-
-
-def sound_frames(margins: Margins, seed: int, epoch: int, index: int) -> tuple[int, int]:
-    """The frames of non-speech sound utterance `index` gets before and after its audio and silence in `epoch`:
-    with chance margins.sound_prob, one side (drawn) gets margins.sound[0]…[1] frames, drawn by (seed, epoch, index)
-    alone."""
-    if margins.sound_prob <= 0:
-        return 0, 0
-    draw = _random(seed, epoch, index, 7)
-    if draw.random() >= margins.sound_prob:
-        return 0, 0
-    frames = draw.randint(*margins.sound)
-    return (frames, 0) if draw.random() < 0.5 else (0, frames)
-
-
-def margin_frames(augment: AugmentConfig | None, features: FeatureConfig) -> Margins:
-    """augment's silence and sound settings in feature frames: what `silence_frames` and `sound_frames` draw
-    from."""
-    if augment is None:
-        return Margins()
-    per_second = 1000 / features.frame_shift_ms
-    sound = (round(MIN_SOUND_SECONDS * per_second), round(augment.sound_seconds * per_second))
-    silence = round(augment.silence_seconds * per_second) if augment.silence_prob > 0 else 0
-    return Margins(augment.silence_prob, silence, augment.sound_prob, sound if augment.sound_prob > 0 else (0, 0))
-
-
-def around_frames(margins: Margins, seed: int, epoch: int, index: int) -> tuple[int, int]:
-    """The frames of silence and sound together that utterance `index` gets before and after its audio in
-    `epoch`."""
-    silence, sound = silence_frames(margins, seed, epoch, index), sound_frames(margins, seed, epoch, index)
-    return silence[0] + sound[0], silence[1] + sound[1]
-
-
-def played_frames(frames: int, factor: float, around: tuple[int, int]) -> int:
-    """Feature frames of an utterance of `frames` frames played `factor`× faster with `around` frames before and
-    after it."""
-    return perturbed_frames(frames, factor) + sum(around)
-
-
-def _pick(values, *key: int):
-    """One of `values`, drawn by the tuple of ints `key` alone (the only one when there is one)."""
-    return values[0] if len(values) == 1 else values[_random(*key).randrange(len(values))]
-
-
-def _random(*key: int) -> random.Random:
-    """A Python generator seeded by a tuple of ints (hash() of ints, unlike of str, is the same in every process)."""
-    return random.Random(hash(key))
-
-
-def _generator(*key: int) -> torch.Generator:
-    """A torch generator seeded by a tuple of ints (hash() of ints is the same in every process)."""
-    return torch.Generator().manual_seed(hash(key) & 0x7FFF_FFFF_FFFF)
-
-
-def perturbed_frames(frames: int, factor: float) -> int:
-    """Feature frames of an utterance of `frames` frames played `factor`× faster: never fewer than it gets
-    (for factors ≥ 0.75), at most 3 more (the window's overhang and the resampler's rounding)."""
-    return frames if factor == 1.0 else int(frames / factor) + 2
 
 
 @dataclass
@@ -346,7 +240,7 @@ class UtteranceDataset(torch.utils.data.Dataset):
         (seed, epoch, index), drawn apart from SpecAugment's generator (its masks do not change)."""
         if self.noise_prob <= 0.0:
             return None
-        draw = _random(self.seed, epoch, index, 2)
+        draw = seeded_random(self.seed, epoch, index, 2)
         if draw.random() >= self.noise_prob:
             return None
         low, high = self.augment.noise_snr
@@ -376,19 +270,19 @@ class UtteranceDataset(torch.utils.data.Dataset):
         if self.augment is None:
             feats = self.feats(index)
         else:
-            rng = _generator(self.seed, epoch, index)
+            rng = seeded_generator(self.seed, epoch, index)
             factor = speed_factor(self.augment.speed_factors, self.seed, epoch, index)
             warp = vtlp_warp(self.augment.vtlp_warps, self.seed, epoch, index)
             snr = self.noise_snr(epoch, index)
-            noise_rng = None if snr is None else _generator(self.seed, epoch, index, 1)
+            noise_rng = None if snr is None else seeded_generator(self.seed, epoch, index, 1)
             silence = silence_frames(self.margins, self.seed, epoch, index)
             sound = sound_frames(self.margins, self.seed, epoch, index)
-            feats = self.feats(index, factor, snr, noise_rng, warp, silence, _generator(self.seed, epoch, index, 6),
+            feats = self.feats(index, factor, snr, noise_rng, warp, silence, seeded_generator(self.seed, epoch, index, 6),
                                sound)
-            if self.augment.eq_prob > 0 and _random(self.seed, epoch, index, 5).random() < self.augment.eq_prob:
-                feats = random_equalizer(feats, self.augment.eq_db, _generator(self.seed, epoch, index, 5))
+            if self.augment.eq_prob > 0 and seeded_random(self.seed, epoch, index, 5).random() < self.augment.eq_prob:
+                feats = random_equalizer(feats, self.augment.eq_db, seeded_generator(self.seed, epoch, index, 5))
             if mean is not None and self.augment.own_mean_prob > 0:  # as if transcribed alone: its own mean
-                if _random(self.seed, epoch, index, 3).random() < self.augment.own_mean_prob:
+                if seeded_random(self.seed, epoch, index, 3).random() < self.augment.own_mean_prob:
                     mean = feats.mean(0)
             feats = spec_augment(feats, self.augment, rng)
         utt = self.utterances[index]
@@ -413,101 +307,6 @@ def collate(items) -> Batch | list[Unreadable]:
         targets[i, : len(t)] = torch.tensor(t, dtype=torch.long)
     speaker_mean = None if means[0] is None else torch.stack(means)
     return Batch(list(ids), padded, feat_lens, targets, token_lens, list(texts), speaker_mean, unreadable)
-
-
-class FrameBatchSampler(torch.utils.data.Sampler):
-    """Batches of indices with ``len(batch) × padded longest ≤ max_frames`` and ``len(batch) ≤ max_batch``
-    (the longest utterance rounded up to FRAME_MULTIPLE, as `collate` pads it).
-
-    Utterances are sorted by length with a random jitter (bucketing), cut into batches, and the
-    batches shuffled; all from ``seed + epoch``. With speed perturbation (``factors``) each utterance
-    counts with its length at the factor the dataset draws for it in that epoch (`speed_factor`), not at
-    the slowest factor, so batches are not padded for speeds they do not get. With ``world > 1`` each
-    rank takes every ``world``-th batch (the tail that cannot be shared evenly is dropped). ``start``
-    skips batches already done in this epoch (resume).
-    """
-
-    readers = 1  # its batches do not depend on the loader's worker count (a shard sampler's do)
-
-    def __init__(self, frames: list[int], max_frames: int, max_batch: int, seed: int = 0,
-                 shuffle: bool = True, jitter: float = 0.1, rank: int = 0, world: int = 1,
-                 factors=(1.0,), margins: Margins = Margins()):
-        """frames: feature frames of each utterance at its own speed; factors: speed perturbation factors;
-        margins: the silence and sounds added around utterances (`margin_frames`)."""
-        check_fits(frames, max_frames, factors, margins)
-        self.frames, self.max_frames, self.max_batch, self.factors = frames, max_frames, max_batch, tuple(factors)
-        self.margins = margins
-        self.seed, self.shuffle, self.jitter, self.rank, self.world = seed, shuffle, jitter, rank, world
-        self.epoch, self.start = 0, 0
-        self._planned: tuple[int, list[list[int]]] | None = None  # (epoch, its batches)
-
-    def epoch_frames(self, epoch: int) -> list[int]:
-        """Each utterance's frames in `epoch`, at its speed factor, with its silence and sound."""
-        return epoch_frames(self.frames, self.factors, self.margins, self.seed, epoch)
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        self.epoch, self.start = epoch, start
-
-    def batches(self, epoch: int) -> list[list[int]]:
-        if self._planned is None or self._planned[0] != epoch:
-            self._planned = epoch, self._plan(epoch)
-        return self._planned[1]
-
-    def _plan(self, epoch: int) -> list[list[int]]:
-        frames = self.epoch_frames(epoch)
-        rng = random.Random(self.seed * 100_003 + epoch)
-        if self.shuffle:
-            keys = [n * (1.0 + rng.uniform(-self.jitter, self.jitter)) for n in frames]
-        else:
-            keys = list(frames)
-        order = sorted(range(len(frames)), key=lambda i: (keys[i], i))
-        batches, current, longest = [], [], 0
-        for i in order:
-            longer = max(longest, frames[i])
-            if current and not fits(len(current) + 1, longer, self.max_frames, self.max_batch):
-                batches.append(current)
-                current, longer = [], frames[i]
-            current.append(i)
-            longest = longer
-        if current:
-            batches.append(current)
-        if self.shuffle:
-            rng.shuffle(batches)
-        if self.world > 1:
-            usable = len(batches) - len(batches) % self.world
-            batches = batches[self.rank:usable:self.world]
-        return batches
-
-    def __len__(self) -> int:
-        return max(0, len(self.batches(self.epoch)) - self.start)
-
-    def __iter__(self):
-        for batch in self.batches(self.epoch)[self.start:]:
-            yield [(i, self.epoch) for i in batch]
-
-
-def check_fits(frames: list[int], max_frames: int, factors, margins: Margins) -> None:
-    """ValueError unless each utterance of `frames` fits a batch of `max_frames` alone, at its slowest speed factor
-    with the most silence and sound `margins` can add."""
-    slowest = min(factors)
-    too_long = sum(not fits(1, perturbed_frames(n, slowest) + margins.most(), max_frames, 1) for n in frames)
-    if too_long:
-        raise ValueError(f"{too_long} utterances are longer than data.max_frames={max_frames} "
-                         f"frames{' at speed ' + str(slowest) if slowest != 1.0 else ''}"
-                         f"{' with silence and sound around them' if margins.most() else ''}; "
-                         f"raise data.max_frames or lower data.max_duration")
-
-
-def fits(count: int, longest: int, max_frames: int, max_batch: int) -> bool:
-    """Whether `count` utterances, the longest of `longest` frames, make a batch within `max_frames` (padded as
-    `collate` pads) and `max_batch`."""
-    return count <= max_batch and round_up(longest, FRAME_MULTIPLE) * count <= max_frames
-
-
-def epoch_frames(frames: list[int], factors, margins: Margins, seed: int, epoch: int) -> list[int]:
-    """Each utterance's feature frames as `epoch` plays it: at its speed factor, with its silence and sound."""
-    return [played_frames(n, speed_factor(factors, seed, epoch, i), around_frames(margins, seed, epoch, i))
-            for i, n in enumerate(frames)]
 
 
 def make_loader(dataset: UtteranceDataset, sampler: FrameBatchSampler, num_workers: int = 0,
@@ -554,8 +353,3 @@ class SkippingLoader:
 
 def single_thread_worker(_worker_id: int) -> None:
     torch.set_num_threads(1)
-
-
-def utterance_frames(utterances: list[Utterance], features: FeatureConfig) -> list[int]:
-    """Feature frames of each utterance (before speed perturbation)."""
-    return [num_frames(int(u.duration * features.sample_rate), features) for u in utterances]

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from asr_transformer.data.loader import (Margins, Unreadable, UtteranceDataset, check_fits, collate, epoch_frames,
-                                         fits)
+from asr_transformer.data.draws import Margins, epoch_frames
+from asr_transformer.data.loader import Unreadable, UtteranceDataset, collate
+from asr_transformer.data.sampler import check_fits, fits
 from asr_transformer.data.shards import Shard, ShardError, read_shard
 
 
@@ -46,7 +47,7 @@ class ReaderWork:
 
 
 class ShardBatchSampler:
-    """The batches of one rank, planned from the shards' index (the interface of `loader.FrameBatchSampler`:
+    """The batches of one rank, planned from the shards' index (the interface of `sampler.FrameBatchSampler`:
     `batches(epoch)`, `set_epoch(epoch, start)`); `work` tells each DataLoader worker what to read.
 
     shards: each shard's training-set utterance indices in member order (the ones filtering kept).
@@ -238,7 +239,8 @@ def shard_loader(shards: list[Shard], kept: list, dataset: UtteranceDataset, dat
                  factors, pin_memory: bool):
     """The sampler and loader of training from `shards`; `kept`: the utterances filtering kept (the dataset's),
     in the shards' order; `data`: the DataConfig. → (ShardBatchSampler, SkippingLoader)."""
-    from asr_transformer.data.loader import SkippingLoader, single_thread_worker, utterance_frames
+    from asr_transformer.data.draws import utterance_frames
+    from asr_transformer.data.loader import SkippingLoader, single_thread_worker
 
     where = {utt.id: (s, m) for s, shard in enumerate(shards) for m, utt in enumerate(shard.utterances)}
     positions = [where[utt.id] for utt in kept]

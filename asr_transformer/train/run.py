@@ -14,7 +14,7 @@ import torch
 
 from asr_transformer.checkpoint_io import save_checkpoint
 from asr_transformer.config import Config, to_dict
-from asr_transformer.data.loader import FrameBatchSampler
+from asr_transformer.data.sampler import FrameBatchSampler
 from asr_transformer.data.tokenizer import Tokenizer
 from asr_transformer.errors import UserError
 from asr_transformer.model.asr import ASRModel

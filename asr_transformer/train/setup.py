@@ -14,9 +14,10 @@ from asr_transformer.checkpoint_io import CheckpointError, load_checkpoint
 from asr_transformer.config import Config, TrainConfig, save_config
 from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.features import CMVNAccumulator, fbank, load_cmvn, save_cmvn
-from asr_transformer.data.loader import (FrameBatchSampler, UtteranceDataset, filter_utterances, make_loader,
-                                         utterance_frames)
+from asr_transformer.data.draws import utterance_frames
+from asr_transformer.data.loader import UtteranceDataset, filter_utterances, make_loader
 from asr_transformer.data.manifest import UNKNOWN_SPEAKER, read_manifest
+from asr_transformer.data.sampler import FrameBatchSampler
 from asr_transformer.data.shard_loader import shard_loader
 from asr_transformer.data.shards import is_shard_list, read_shard_list, shard_utterances
 from asr_transformer.data.tokenizer import load_tokenizer, model_options
