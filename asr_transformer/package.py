@@ -95,6 +95,11 @@ def read_package(path: str | os.PathLike, unsigned_ok: bool = False) -> dict:
         raise CheckpointError(f"{e}. Expected a model package written by `asr average`.") from None
 
 
+def stored_tokenizer(state: dict) -> Tokenizer:
+    """The tokenizer a package holds (`read_package`'s contents)."""
+    return tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+
+
 def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", precision: str = "fp32",
                  state: dict | None = None):
     """→ (model in eval mode on `device`, tokenizer, config). Damaged or foreign files raise a clear error.
@@ -109,7 +114,7 @@ def load_package(path: str | os.PathLike, device: str | torch.device = "cpu", pr
     state = state if state is not None else read_package(path)
     cfg = from_dict(state["config"], f"{path}:config")
     fit_decoding(cfg)  # a package written before the defaults were fitted to the model
-    tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+    tokenizer = stored_tokenizer(state)
     try:
         model = ASRModel(cfg.model)
     except ValueError as e:
@@ -205,7 +210,7 @@ def set_decoding(path: str | os.PathLike, out: str | os.PathLike, options: dict 
     check_modes(cfg.decode.mode, cfg.model)
     validate(cfg, "the decoding options")
     stored = dict(state.get("lms") or {})
-    tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+    tokenizer = stored_tokenizer(state)
     context_graph(tokenizer, cfg.decode.hotwords, cfg.decode.hotword_score)  # every phrase spelled (HotwordError)
     if cfg.decode.language or cfg.decode.initial_prompt:  # what the decoder reads first: Whisper's alone
         decoder_start(tokenizer, cfg.decode.language, cfg.decode.initial_prompt, cfg.model.max_target_positions)
@@ -276,7 +281,7 @@ def average_checkpoints(exp: str | os.PathLike, out: str | os.PathLike, best: in
     reference = chosen[0][1]["weights"]
     averaged = {k: v.to(reference[k].dtype) for k, v in averaged.items()}
     cfg = from_dict(chosen[0][1]["config"])
-    tokenizer = tokenizer_from_bytes(chosen[0][1]["tokenizer_model"].numpy().tobytes(), chosen[0][1]["tokenizer_meta"])
+    tokenizer = stored_tokenizer(chosen[0][1])
     info = {"averaged": [p.name for p, _ in chosen], "by": "last" if last > 0 else by,
             "metrics": [s["metrics"] for _, s in chosen]}
     if (exp / DATA_SUMMARY).exists():

@@ -28,10 +28,9 @@ from asr_transformer.data.audio import load_utterance
 from asr_transformer.data.features import fbank
 from asr_transformer.data.manifest import read_manifest
 from asr_transformer.data.sounds import rms, sound_files, sound_stretch
-from asr_transformer.data.tokenizer import tokenizer_from_bytes
 from asr_transformer.errors import UserError
 from asr_transformer.model.asr import pooled
-from asr_transformer.package import load_package, read_package, save_package
+from asr_transformer.package import load_package, read_package, save_package, stored_tokenizer
 from asr_transformer.threads import cpu_threads
 
 FAINT = 10 ** (-60 / 20)  # the level of the faint noise around each window (dBFS)
@@ -193,7 +192,7 @@ def save_with_head(package: str | os.PathLike, out: str | os.PathLike, head: dic
     state = read_package(package)
     cfg = from_dict(state["config"], f"{package}:config")
     cfg.model.no_speech_head = True
-    tokenizer = tokenizer_from_bytes(state["tokenizer_model"].numpy().tobytes(), state["tokenizer_meta"])
+    tokenizer = stored_tokenizer(state)
     weights = {**state["weights"], "no_speech.weight": head["weight"], "no_speech.bias": head["bias"]}
     info = {**(state.get("info") or {}), "no_speech": head["report"]}
     save_package(out, cfg, tokenizer, weights, info, state.get("lms"))
